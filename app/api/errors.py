@@ -1,0 +1,96 @@
+"""OpenAI-style error envelope: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("dpicl.api")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+}
+
+
+class APIError(Exception):
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.type = type or _TYPES.get(status_code, "api_error")
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+
+def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _loc_to_param(loc: tuple) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) if parts else None
+
+
+def _validation_message(err: dict) -> str:
+    msg = err.get("msg", "invalid value")
+    # Pydantic echoes the offending input in some messages; we never do, since
+    # a rejected body may hold private exemplar text.
+    return msg
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_req: Request, exc: APIError):
+        return JSONResponse(
+            error_body(exc.message, exc.type, exc.param, exc.code), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req: Request, exc: RequestValidationError):
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        param = _loc_to_param(tuple(first.get("loc", ())))
+        detail = "; ".join(
+            f"{_loc_to_param(tuple(e.get('loc', ()))) or 'body'}: {_validation_message(e)}" for e in errors[:10]
+        )
+        return JSONResponse(error_body(detail, "invalid_request_error", param, "invalid_value"), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else "error"
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such route"
+        return JSONResponse(
+            error_body(message, _TYPES.get(exc.status_code, "api_error"), None, None),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unhandled(req: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", req.method, req.url.path)
+        return JSONResponse(error_body("internal server error", "api_error", None, "internal_error"), status_code=500)

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from app.api.deps import RuntimeDep
+
+router = APIRouter(tags=["service"])
+
+
+@router.get("/v1/health")
+async def health(rt: RuntimeDep):
+    db = await run_in_threadpool(rt.database_status)
+    configured = [m.name for m in rt.settings.models] if rt.settings.load_models else []
+    loaded = sorted(rt.models)
+    models_ok = all(name in rt.models for name in configured)
+    ok = rt.ready and db["ok"] and models_ok
+    body = {
+        "status": "ok" if ok else "unavailable",
+        "version": rt.version,
+        "ready": rt.ready,
+        "database": db,
+        "models": {"configured": configured, "loaded": loaded, "errors": rt.model_errors},
+        "extras": {k: v for k, v in rt.extras.items() if isinstance(v, (str, int, float, bool, dict, list))},
+    }
+    return JSONResponse(body, status_code=200 if ok else 503)

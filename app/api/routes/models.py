@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import RuntimeDep
+from app.api.errors import APIError
+
+router = APIRouter(tags=["models"])
+
+
+def _model_object(rt, name: str) -> dict:
+    m = rt.models[name]
+    return {
+        "id": name,
+        "object": "model",
+        "created": int(rt.started_at),
+        "owned_by": "dpicl",
+        "kind": m.spec.kind,
+        "backend": m.spec.backend,
+        "source": m.spec.source,
+        "default": name == rt.settings.default_lm,
+        "capabilities": m.capabilities().to_dict(),
+    }
+
+
+@router.get("/v1/models")
+async def list_models(rt: RuntimeDep):
+    return {"object": "list", "data": [_model_object(rt, n) for n in rt.models]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, rt: RuntimeDep):
+    if model_id not in rt.models:
+        raise APIError(404, f"model {model_id!r} is not served here", param="model_id", code="model_not_found")
+    return _model_object(rt, model_id)

@@ -1,0 +1,134 @@
+"""Service settings (pydantic-settings, prefix ``DPICL_``).
+
+Everything the service reads from its environment is declared here, validated at
+start-up, and reported by name when invalid (``dpicl serve`` exits with the
+offending setting in its one-line error).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ModelConfig(BaseModel):
+    """One configured model: what ``app.llm.ModelSpec`` is built from."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/-]+$")
+    kind: Literal["lm", "embedder"] = "lm"
+    # "bundled:<name>", a local folder, or a hub id (deployments with a hub only)
+    source: str = Field(min_length=1)
+    backend: Literal["hf", "remote"] = "hf"
+    options: dict = Field(default_factory=dict)
+
+
+def default_models() -> list[ModelConfig]:
+    return [
+        ModelConfig(name="smollm2-135m-instruct", kind="lm", source="bundled:smollm2-135m-instruct"),
+        ModelConfig(name="all-minilm-l6-v2", kind="embedder", source="bundled:all-minilm-l6-v2"),
+    ]
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dpicl" / "models"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DPICL_", env_file=None, extra="ignore")
+
+    database_url: str = "sqlite:///./dpicl.db"
+    # Run Alembic migrations when the server starts (on by default for the
+    # embedded SQLite; deployments usually run `dpicl migrate` as a step).
+    migrate_on_startup: bool = True
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+
+    models: list[ModelConfig] = Field(default_factory=default_models)
+    default_model: str | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    model_cache_dir: Path = Field(default_factory=_default_cache_dir)
+    load_models: bool = True
+
+    # Limits on private exemplar sets (issue 3).
+    max_exemplars: int = Field(default=10_000, ge=1)
+    max_exemplar_chars: int = Field(default=4_000, ge=1)
+    # Accept caller-supplied noise seeds (tests and audits only; never in production).
+    allow_seeded_noise: bool = False
+
+    # Background jobs
+    job_runner: Literal["auto", "inprocess", "procrastinate", "none"] = "auto"
+    job_heartbeat_seconds: float = Field(default=5.0, gt=0)
+    job_stall_seconds: float = Field(default=60.0, gt=0)
+    job_max_attempts: int = Field(default=3, ge=1)
+    artifacts_dir: Path = Path("./var/artifacts")
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_db_url(cls, v: str) -> str:
+        if not (v.startswith("sqlite") or v.startswith("postgresql")):
+            raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return v
+
+    @field_validator("model_cache_dir", "artifacts_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return Path(os.path.expanduser(str(v)))
+
+    @model_validator(mode="after")
+    def _check_models(self) -> "Settings":
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("models: model names must be unique")
+        if self.default_model is not None and self.default_model not in names:
+            raise ValueError(f"default_model: {self.default_model!r} is not one of the configured models {names}")
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def default_lm(self) -> str | None:
+        if self.default_model:
+            return self.default_model
+        return next((m.name for m in self.models if m.kind == "lm"), None)
+
+
+class SettingsError(RuntimeError):
+    """Invalid settings; the message names each offending ``DPICL_*`` variable."""
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("__root__",)]
+        field = loc[0] if loc else ""
+        msg = err.get("msg", "invalid")
+        if not field and ":" in msg:
+            # model-level validators put the field name first ("models: ...")
+            field, _, msg = msg.removeprefix("Value error, ").partition(":")
+        name = f"DPICL_{field.upper()}" if field else "DPICL settings"
+        sub = ".".join(loc[1:])
+        parts.append(f"{name}{'[' + sub + ']' if sub else ''}: {msg.strip()}")
+    return "invalid settings: " + "; ".join(parts)
+
+
+def load_settings(**overrides) -> Settings:
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()
