@@ -8,6 +8,7 @@ offending setting in its one-line error).
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -123,10 +124,16 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def load_settings(**overrides) -> Settings:
+    from pydantic_settings import SettingsError as SourceError
+
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(describe_validation_error(exc)) from None
+    except SourceError as exc:  # e.g. DPICL_MODELS is not valid JSON
+        m = re.search(r'field "(\w+)"', str(exc))
+        name = f"DPICL_{m.group(1).upper()}" if m else "DPICL settings"
+        raise SettingsError(f"invalid settings: {name}: could not parse the value (expected JSON)") from None
 
 
 @lru_cache(maxsize=1)
