@@ -88,13 +88,25 @@ def models(
 
 
 def _mount_optional() -> None:
-    try:
-        from app.cli_privacy import privacy_app
-    except ModuleNotFoundError as exc:
-        if exc.name != "app.cli_privacy":
-            raise
-    else:
-        cli.add_typer(privacy_app, name="privacy", help="Privacy math: calibrate, convert, empirical bounds.")
+    """Feature CLIs: ``app.cli_<name>`` exports ``<name>_app`` (a Typer) or ``register(cli)``."""
+    import importlib
+
+    for name, help_ in (
+        ("privacy", "Privacy math: calibrate, convert, empirical bounds."),
+        ("audit", "Audit jobs: submit, wait, CI verdicts."),
+        ("worker", None),
+    ):
+        mod = f"app.cli_{name}"
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+            continue
+        if hasattr(m, "register"):
+            m.register(cli)
+        else:
+            cli.add_typer(getattr(m, f"{name}_app"), name=name, help=help_)
 
 
 _mount_optional()

@@ -18,6 +18,16 @@ from app.runtime import Runtime
 log = logging.getLogger("dpicl.api")
 
 ROUTERS = [health.router, models.router]
+# Feature routers, mounted when their module is present.
+OPTIONAL_ROUTERS = (
+    "app.api.routes.privacy",
+    "app.api.routes.datasets",
+    "app.api.routes.private",
+    "app.api.routes.audits",
+)
+# Feature packages that need start-up/shutdown work export ``install(app)``
+# (e.g. the in-process job runner appends to app.state.startup_hooks).
+OPTIONAL_INSTALLERS = ("app.jobs.service",)
 
 
 def _optional_routers() -> list:
@@ -25,7 +35,7 @@ def _optional_routers() -> list:
     import importlib
 
     out = []
-    for mod in ("app.api.routes.privacy",):
+    for mod in OPTIONAL_ROUTERS:
         try:
             out.append(importlib.import_module(mod).router)
         except ModuleNotFoundError as exc:
@@ -69,4 +79,14 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     install_error_handlers(app)
     for r in ROUTERS + _optional_routers():
         app.include_router(r)
+    import importlib
+
+    for mod in OPTIONAL_INSTALLERS:
+        try:
+            installer = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+            continue
+        installer.install(app)
     return app

@@ -37,6 +37,9 @@ class UTCDateTime(TypeDecorator):
         return value.astimezone(timezone.utc)
 
 
+DEFAULT_TENANT = "default"
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 

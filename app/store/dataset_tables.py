@@ -1,0 +1,45 @@
+"""Tables of private exemplar sets."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.store.base import DEFAULT_TENANT, Base, UTCDateTime, utcnow
+
+
+
+class Dataset(Base):
+    """A private exemplar set. Exemplar text lives in ``exemplars`` and never leaves the server."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_TENANT)
+    name: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(32))
+    labels: Mapped[list[str]] = mapped_column(JSON)
+    template: Mapped[dict[str, Any]] = mapped_column(JSON)
+    exemplar_count: Mapped[int] = mapped_column(Integer)
+    label_counts: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    exemplars: Mapped[list["Exemplar"]] = relationship(
+        back_populates="dataset", cascade="all, delete-orphan", passive_deletes=True, order_by="Exemplar.position"
+    )
+
+
+class Exemplar(Base):
+    __tablename__ = "exemplars"
+    __table_args__ = (UniqueConstraint("dataset_id", "position", name="uq_exemplars_dataset_position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    input: Mapped[str] = mapped_column(Text)
+    output: Mapped[str] = mapped_column(Text)
+
+    dataset: Mapped[Dataset] = relationship(back_populates="exemplars")
