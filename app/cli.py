@@ -100,7 +100,7 @@ def _mount_optional() -> None:
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as exc:
-            if exc.name != mod:
+            if not (exc.name and mod.startswith(exc.name)):
                 raise
             continue
         if hasattr(m, "register"):

@@ -22,3 +22,13 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def get_tenant(request: Request) -> str:
+    """The caller's tenant. Until API keys land every caller is the default tenant."""
+    from app.store.base import DEFAULT_TENANT
+
+    return getattr(request.state, "tenant_id", DEFAULT_TENANT)
+
+
+TenantDep = Annotated[str, Depends(get_tenant)]

@@ -56,10 +56,31 @@ def _loc_to_param(loc: tuple) -> str | None:
 
 
 def _validation_message(err: dict) -> str:
-    msg = err.get("msg", "invalid value")
-    # Pydantic echoes the offending input in some messages; we never do, since
-    # a rejected body may hold private exemplar text.
-    return msg
+    # Only pydantic's message, never its ``input``: a rejected body may hold private exemplar text.
+    return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+
+
+def _param_and_message(err: dict, prefix: str = "") -> tuple[str | None, str]:
+    loc = _loc_to_param(tuple(err.get("loc", ())))
+    msg = _validation_message(err)
+    if not loc:
+        # Model-level validators name their field first: "labels: required for ..."
+        head, sep, rest = msg.partition(":")
+        if sep and head.replace("_", "").replace(".", "").isalnum():
+            loc, msg = head, rest.strip()
+    param = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or None)
+    return param, msg
+
+
+def validation_error(errors: list[dict], prefix: str = "") -> APIError:
+    """A 422 APIError from pydantic errors; ``param`` is the first offending field's dotted path."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    param, _ = _param_and_message(first, prefix)
+    parts = []
+    for e in errors[:10]:
+        p, m = _param_and_message(e, prefix)
+        parts.append(f"{p or 'body'}: {m}")
+    return APIError(422, "; ".join(parts), param=param, code="invalid_value")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -71,13 +92,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req: Request, exc: RequestValidationError):
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        param = _loc_to_param(tuple(first.get("loc", ())))
-        detail = "; ".join(
-            f"{_loc_to_param(tuple(e.get('loc', ()))) or 'body'}: {_validation_message(e)}" for e in errors[:10]
-        )
-        return JSONResponse(error_body(detail, "invalid_request_error", param, "invalid_value"), status_code=422)
+        err = validation_error(list(exc.errors()))
+        return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException):

@@ -39,7 +39,7 @@ def _optional_routers() -> list:
         try:
             out.append(importlib.import_module(mod).router)
         except ModuleNotFoundError as exc:
-            if exc.name != mod:
+            if not (exc.name and mod.startswith(exc.name)):
                 raise
     return out
 
@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         try:
             installer = importlib.import_module(mod)
         except ModuleNotFoundError as exc:
-            if exc.name != mod:
+            if not (exc.name and mod.startswith(exc.name)):
                 raise
             continue
         installer.install(app)

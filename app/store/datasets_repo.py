@@ -1,0 +1,71 @@
+"""All SQL for private exemplar sets. Callers own the transaction (services never commit)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Sequence
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
+
+from app.store.base import new_id
+from app.store.dataset_tables import Dataset, Exemplar
+
+
+def create_dataset(
+    session: Session,
+    *,
+    tenant_id: str,
+    name: str,
+    task: str,
+    labels: list[str],
+    template: dict[str, Any],
+    exemplars: Sequence[tuple[str, str]],
+) -> Dataset:
+    ds = Dataset(
+        id=new_id("ds"),
+        tenant_id=tenant_id,
+        name=name,
+        task=task,
+        labels=list(labels),
+        template=dict(template),
+        exemplar_count=len(exemplars),
+        label_counts=dict(Counter(out for _, out in exemplars)) if task == "classification" else {},
+    )
+    session.add(ds)
+    session.flush()
+    if exemplars:
+        session.execute(
+            insert(Exemplar),
+            [{"dataset_id": ds.id, "position": i, "input": inp, "output": out} for i, (inp, out) in enumerate(exemplars)],
+        )
+    return ds
+
+
+def get_dataset(session: Session, dataset_id: str, tenant_id: str) -> Dataset | None:
+    return session.scalar(select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id))
+
+
+def list_datasets(session: Session, tenant_id: str, *, limit: int, offset: int) -> tuple[list[Dataset], int]:
+    q = select(Dataset).where(Dataset.tenant_id == tenant_id)
+    total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    rows = session.scalars(q.order_by(Dataset.created_at.desc(), Dataset.id).limit(limit).offset(offset)).all()
+    return list(rows), int(total)
+
+
+def load_exemplars(session: Session, dataset_id: str) -> list[tuple[str, str]]:
+    """The private exemplar text, for mechanisms only. Never serialise it into a response."""
+    rows = session.execute(
+        select(Exemplar.input, Exemplar.output).where(Exemplar.dataset_id == dataset_id).order_by(Exemplar.position)
+    ).all()
+    return [(r[0], r[1]) for r in rows]
+
+
+def delete_dataset(session: Session, dataset_id: str, tenant_id: str) -> bool:
+    ds = get_dataset(session, dataset_id, tenant_id)
+    if ds is None:
+        return False
+    # Explicit child delete: SQLite enforces ON DELETE CASCADE only with the pragma, be sure either way.
+    session.execute(delete(Exemplar).where(Exemplar.dataset_id == dataset_id))
+    session.execute(delete(Dataset).where(Dataset.id == dataset_id))
+    return True
