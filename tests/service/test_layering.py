@@ -1,0 +1,34 @@
+"""ARCHITECTURE.md layering: the library layers import neither HTTP nor SQL nor the service above them."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "app"
+LIBRARY = ["privacy", "llm", "icl", "mechanisms", "audit"]
+FORBIDDEN = ("fastapi", "starlette", "sqlalchemy", "alembic", "app.api", "app.store", "app.jobs", "app.budget",
+             "app.config", "app.runtime", "app.cli")
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+@pytest.mark.parametrize("package", LIBRARY)
+def test_library_layer_imports(package):
+    pkg = ROOT / package
+    if not pkg.exists():
+        pytest.skip(f"app/{package} not written yet")
+    bad = []
+    for f in pkg.rglob("*.py"):
+        for mod in _imports(f):
+            if any(mod == p or mod.startswith(p + ".") for p in FORBIDDEN):
+                bad.append(f"{f.relative_to(ROOT.parent)} imports {mod}")
+    assert not bad, bad
