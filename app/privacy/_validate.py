@@ -1,0 +1,75 @@
+"""Input checks shared by the privacy functions (each raises PrivacyInputError naming the field)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from app.privacy.errors import PrivacyInputError
+
+
+def finite(x: Any, param: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (numbers.Real, np.floating, np.integer)):
+        try:
+            x = float(x)
+        except (TypeError, ValueError):
+            raise PrivacyInputError(f"must be a number, got {x!r}", param=param) from None
+    x = float(x)
+    if not math.isfinite(x):
+        raise PrivacyInputError(f"must be a finite number, got {x}", param=param)
+    return x
+
+
+def positive(x: Any, param: str) -> float:
+    x = finite(x, param)
+    if x <= 0:
+        raise PrivacyInputError(f"must be > 0, got {x:g}", param=param)
+    return x
+
+
+def nonnegative(x: Any, param: str) -> float:
+    x = finite(x, param)
+    if x < 0:
+        raise PrivacyInputError(f"must be >= 0, got {x:g}", param=param)
+    return x
+
+
+def delta_open(x: Any, param: str = "delta") -> float:
+    """delta in the open interval (0, 1)."""
+    x = finite(x, param)
+    if not 0.0 < x < 1.0:
+        raise PrivacyInputError(f"must lie in (0, 1), got {x:g}", param=param)
+    return x
+
+
+def delta_halfopen(x: Any, param: str = "delta") -> float:
+    """delta in [0, 1) (empirical bounds, where delta = 0 means a pure-DP bound)."""
+    x = finite(x, param)
+    if not 0.0 <= x < 1.0:
+        raise PrivacyInputError(f"must lie in [0, 1), got {x:g}", param=param)
+    return x
+
+
+def probability_open(x: Any, param: str) -> float:
+    x = finite(x, param)
+    if not 0.0 < x < 1.0:
+        raise PrivacyInputError(f"must lie in (0, 1), got {x:g}", param=param)
+    return x
+
+
+def count(x: Any, param: str, *, minimum: int = 0) -> int:
+    if isinstance(x, bool):
+        raise PrivacyInputError(f"must be an integer, got {x!r}", param=param)
+    if isinstance(x, (float, np.floating)):
+        if not math.isfinite(x) or x != int(x):
+            raise PrivacyInputError(f"must be an integer, got {x!r}", param=param)
+    try:
+        i = int(x)
+    except (TypeError, ValueError, OverflowError):
+        raise PrivacyInputError(f"must be an integer, got {x!r}", param=param) from None
+    if i < minimum:
+        raise PrivacyInputError(f"must be >= {minimum}, got {i}", param=param)
+    return i
