@@ -94,6 +94,7 @@ def _mount_optional() -> None:
     for name, help_ in (
         ("privacy", "Privacy math: calibrate, convert, empirical bounds."),
         ("audit", "Audit jobs: submit, wait, CI verdicts."),
+        ("keys", "API keys: create, list, revoke."),
         ("worker", None),
     ):
         mod = f"app.cli_{name}"

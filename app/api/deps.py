@@ -25,10 +25,10 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def get_tenant(request: Request) -> str:
-    """The caller's tenant. Until API keys land every caller is the default tenant."""
-    from app.store.base import DEFAULT_TENANT
+    """The caller's tenant, from its API key (the default tenant in open mode)."""
+    from app.api.auth import get_principal
 
-    return getattr(request.state, "tenant_id", DEFAULT_TENANT)
+    return get_principal(request).tenant_id
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]

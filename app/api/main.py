@@ -58,6 +58,11 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         for hook in hooks:
             await hook(app, rt)
         rt.ready = True
+        from app.api.auth import auth_mode
+
+        if await run_in_threadpool(auth_mode, rt) == "open":
+            log.warning("dpicl is running OPEN (no API keys): every caller has every scope. Local use only; "
+                        "create an admin key with `dpicl keys create --scopes admin` to require keys.")
         log.info("dpicl %s ready (database %s, models %s)", __version__, rt.db.dialect, sorted(rt.models))
         try:
             yield

@@ -6,6 +6,9 @@ migrations/versions (date-prefixed file name).
 
 from app.store.base import DEFAULT_TENANT
 from app.store.dataset_tables import Dataset, Exemplar
+from app.store.gateway_tables import ApiKey, BudgetAccount, LedgerEntry
 from app.store.job_tables import AuditJob, JobArtifact
 
-__all__ = ["DEFAULT_TENANT", "Dataset", "Exemplar", "AuditJob", "JobArtifact"]
+__all__ = [
+    "DEFAULT_TENANT", "Dataset", "Exemplar", "AuditJob", "JobArtifact", "ApiKey", "BudgetAccount", "LedgerEntry",
+]

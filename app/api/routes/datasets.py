@@ -6,12 +6,15 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.api.deps import RuntimeDep, TenantDep
 from app.api.errors import APIError, validation_error
+from app.api.auth import SCOPES, require
+from app.budget.ledger import Ledger
+from app.store import budget_repo
 from app.store import datasets_repo as repo
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -32,9 +35,17 @@ class ExemplarIn(BaseModel):
     output: str
 
 
+class BudgetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    epsilon: float = Field(gt=0, allow_inf_nan=False, description="total epsilon for every answer on this set")
+    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
+    adjacency: Literal["replace-one", "add-remove"] | None = None
+
+
 class DatasetMeta(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=200)
+    budget: BudgetIn | None = None
     task: Literal["classification", "generation"] = "classification"
     labels: list[str] | None = Field(default=None, max_length=100)
     template: TemplateIn | None = None
@@ -78,7 +89,21 @@ def default_template(task: str) -> dict[str, Any]:
     return dict(DEFAULT_TEMPLATES[task])
 
 
-def dataset_object(ds) -> dict[str, Any]:
+def budget_object(acc) -> dict[str, Any] | None:
+    if acc is None:
+        return None
+    return {
+        "epsilon": acc.epsilon_budget,
+        "delta": acc.delta_budget,
+        "adjacency": acc.adjacency,
+        "epsilon_spent": acc.epsilon_spent,
+        "epsilon_remaining": max(0.0, acc.epsilon_budget - acc.epsilon_spent),
+        "charges": acc.charges,
+        "composition": acc.composition_method,
+    }
+
+
+def dataset_object(ds, acc=None) -> dict[str, Any]:
     return {
         "id": ds.id,
         "object": "dataset",
@@ -89,6 +114,7 @@ def dataset_object(ds) -> dict[str, Any]:
         "label_counts": ds.label_counts,
         "template": ds.template,
         "created_at": ds.created_at.isoformat() if isinstance(ds.created_at, datetime) else ds.created_at,
+        "budget": budget_object(acc),
     }
 
 
@@ -146,7 +172,7 @@ def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
     return meta, exemplars
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, dependencies=[Depends(require("admin"))])
 async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
     """Register a private exemplar set (JSON body, or JSONL with Content-Type application/x-ndjson)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -174,13 +200,20 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         with rt.db.session() as s:
             ds = repo.create_dataset(s, tenant_id=tenant, name=meta.name, task=meta.task, labels=meta.labels or [],
                                      template=template, exemplars=rows)
+            b = meta.budget
+            Ledger(rt.db).open_account(
+                s, dataset_id=ds.id, tenant_id=tenant,
+                epsilon=b.epsilon if b else rt.settings.default_budget_epsilon,
+                delta=b.delta if b else rt.settings.default_budget_delta,
+                adjacency=(b.adjacency if b and b.adjacency else rt.settings.default_adjacency),
+            )
             s.commit()
-            return dataset_object(ds)
+            return dataset_object(ds, budget_repo.get_account(s, ds.id, tenant))
 
     return await run_in_threadpool(_store)
 
 
-@router.get("")
+@router.get("", dependencies=[Depends(require(*SCOPES))])
 async def list_datasets(
     rt: RuntimeDep,
     tenant: TenantDep,
@@ -190,18 +223,19 @@ async def list_datasets(
     def _list():
         with rt.db.session() as s:
             rows, total = repo.list_datasets(s, tenant, limit=limit, offset=offset)
-            return {"object": "list", "data": [dataset_object(d) for d in rows], "total": total,
+            data = [dataset_object(d, budget_repo.get_account(s, d.id, tenant)) for d in rows]
+            return {"object": "list", "data": data, "total": total,
                     "limit": limit, "offset": offset}
 
     return await run_in_threadpool(_list)
 
 
-@router.get("/{dataset_id}")
+@router.get("/{dataset_id}", dependencies=[Depends(require(*SCOPES))])
 async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     def _get():
         with rt.db.session() as s:
             ds = repo.get_dataset(s, dataset_id, tenant)
-            return dataset_object(ds) if ds else None
+            return dataset_object(ds, budget_repo.get_account(s, ds.id, tenant)) if ds else None
 
     obj = await run_in_threadpool(_get)
     if obj is None:
@@ -209,7 +243,7 @@ async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     return obj
 
 
-@router.delete("/{dataset_id}")
+@router.delete("/{dataset_id}", dependencies=[Depends(require("admin"))])
 async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     def _delete():
         with rt.db.session() as s:
@@ -220,3 +254,80 @@ async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     if not await run_in_threadpool(_delete):
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
     return {"id": dataset_id, "object": "dataset", "deleted": True}
+
+
+def _not_found(dataset_id: str) -> APIError:
+    return APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+
+
+@router.get("/{dataset_id}/budget", dependencies=[Depends(require(*SCOPES))])
+async def get_budget(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
+    def _get():
+        with rt.db.session() as s:
+            return budget_object(budget_repo.get_account(s, dataset_id, tenant))
+
+    obj = await run_in_threadpool(_get)
+    if obj is None:
+        raise _not_found(dataset_id)
+    return {"dataset_id": dataset_id, "object": "budget", **obj}
+
+
+class BudgetUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+
+
+@router.put("/{dataset_id}/budget", dependencies=[Depends(require("admin"))])
+async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant: TenantDep):
+    """An admin sets a new total budget. Spent epsilon is recomposed at the new delta."""
+    from app.budget.composition import compose
+    from app.budget.ledger import _state_of
+
+    def _set():
+        with rt.db.session() as s:
+            acc = budget_repo.lock_account(s, dataset_id, tenant)
+            if acc is None:
+                return None
+            acc.epsilon_budget = body.epsilon
+            if body.delta is not None and body.delta != acc.delta_budget:
+                acc.delta_budget = body.delta
+                acc.epsilon_spent, acc.composition_method = compose(_state_of(acc), body.delta)
+            s.commit()
+            return budget_object(acc)
+
+    obj = await run_in_threadpool(_set)
+    if obj is None:
+        raise _not_found(dataset_id)
+    return {"dataset_id": dataset_id, "object": "budget", **obj}
+
+
+@router.get("/{dataset_id}/ledger", dependencies=[Depends(require(*SCOPES))])
+async def list_ledger(
+    dataset_id: str,
+    rt: RuntimeDep,
+    tenant: TenantDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
+    """Ledger entries, oldest first (append-only; refunds are marked, never removed)."""
+
+    def _list():
+        with rt.db.session() as s:
+            if budget_repo.get_account(s, dataset_id, tenant) is None:
+                return None
+            rows, total = budget_repo.list_entries(s, dataset_id, limit=limit, offset=offset)
+            data = [
+                {"id": e.id, "object": "ledger_entry", "created_at": e.created_at.isoformat(), "key_id": e.key_id,
+                 "mechanism": e.mechanism, "params": e.params, "epsilon": e.epsilon, "delta": e.delta,
+                 "idempotency_key": e.idempotency_key, "status": e.status,
+                 "refunded_at": e.refunded_at.isoformat() if e.refunded_at else None,
+                 "epsilon_spent_after": e.epsilon_spent_after}
+                for e in rows
+            ]
+            return {"object": "list", "data": data, "total": total, "limit": limit, "offset": offset}
+
+    obj = await run_in_threadpool(_list)
+    if obj is None:
+        raise _not_found(dataset_id)
+    return obj

@@ -1,0 +1,79 @@
+"""All SQL of the budget ledger. Callers own the transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from app.store.base import utcnow
+from app.store.gateway_tables import BudgetAccount, LedgerEntry
+
+
+def create_account(session: Session, **fields) -> BudgetAccount:
+    acc = BudgetAccount(**fields)
+    session.add(acc)
+    return acc
+
+
+def lock_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAccount | None:
+    """Take the account's write lock, then read it.
+
+    The first statement is a write (``version = version + 1``): PostgreSQL locks the
+    row until commit, SQLite takes its database write lock, so concurrent charges
+    on one dataset serialise on both backends and each sees the previous one's
+    committed total.
+    """
+    res = session.execute(
+        update(BudgetAccount)
+        .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.tenant_id == tenant_id)
+        .values(version=BudgetAccount.version + 1)
+    )
+    if res.rowcount == 0:
+        return None
+    session.expire_all()
+    return session.get(BudgetAccount, dataset_id, populate_existing=True)
+
+
+def get_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAccount | None:
+    return session.scalar(
+        select(BudgetAccount).where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.tenant_id == tenant_id)
+    )
+
+
+def find_entry(session: Session, dataset_id: str, idempotency_key: str) -> LedgerEntry | None:
+    return session.scalar(
+        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.idempotency_key == idempotency_key)
+    )
+
+
+def get_entry(session: Session, entry_id: int) -> LedgerEntry | None:
+    return session.get(LedgerEntry, entry_id)
+
+
+def add_entry(session: Session, **fields) -> LedgerEntry:
+    e = LedgerEntry(**fields)
+    session.add(e)
+    session.flush()
+    return e
+
+
+def live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:
+    return list(
+        session.scalars(
+            select(LedgerEntry)
+            .where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.status == "charged")
+            .order_by(LedgerEntry.id)
+        )
+    )
+
+
+def list_entries(session: Session, dataset_id: str, *, limit: int, offset: int) -> tuple[list[LedgerEntry], int]:
+    q = select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id)
+    total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    rows = session.scalars(q.order_by(LedgerEntry.id).limit(limit).offset(offset)).all()
+    return list(rows), int(total)
+
+
+def mark_refunded(session: Session, entry: LedgerEntry) -> None:
+    entry.status = "refunded"
+    entry.refunded_at = utcnow()
