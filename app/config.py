@@ -65,12 +65,28 @@ class Settings(BaseSettings):
     # Accept caller-supplied noise seeds (tests and audits only; never in production).
     allow_seeded_noise: bool = False
 
+    # API keys: "auto" runs open until the first key exists, then requires keys.
+    auth_mode: Literal["auto", "required", "open"] = "auto"
+    # Default privacy budget of a new dataset (per dataset, composed across answers).
+    default_budget_epsilon: float = Field(default=8.0, gt=0)
+    default_budget_delta: float = Field(default=1e-5, gt=0, lt=1)
+    default_adjacency: Literal["replace-one", "add-remove"] = "replace-one"
+
     # Background jobs
     job_runner: Literal["auto", "inprocess", "procrastinate", "none"] = "auto"
     job_heartbeat_seconds: float = Field(default=5.0, gt=0)
     job_stall_seconds: float = Field(default=60.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
     artifacts_dir: Path = Path("./var/artifacts")
+
+    # Audit jobs (issue 4): execution, webhooks, the test-only kinds.
+    job_concurrency: int = Field(default=1, ge=1, le=64)
+    job_poll_seconds: float = Field(default=1.0, gt=0)
+    job_test_kinds: bool = False
+    webhook_secret: str | None = Field(default=None, min_length=16)
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_max_attempts: int = Field(default=6, ge=1)
+    webhook_backoff_seconds: float = Field(default=2.0, gt=0)
 
     @field_validator("database_url")
     @classmethod
