@@ -90,6 +90,10 @@ def calibrate(
     parameters, alpha, epsilon (achieved, <= target_epsilon), delta, target_epsilon,
     method, rho (total zCDP rho of the solved mechanism), adjacency, orders, iterations, warnings.
     """
+    for name, val in (("mechanism", mechanism), ("solve_for", solve_for), ("target_epsilon", target_epsilon),
+                      ("delta", delta)):
+        if val is None:
+            raise PrivacyInputError("is required", param=name)
     mech = _norm(mechanism)
     solve = _norm(solve_for)
     if mech not in MECHANISMS:

@@ -1,0 +1,101 @@
+"""``/v1/privacy``: calibrate, convert, empirical. Thin HTTP layer over app.privacy.service
+(same keys as ``dpicl privacy ... --json``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable, Literal, Optional, Union
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.errors import APIError
+from app.privacy import service
+from app.privacy.errors import PrivacyInputError
+
+router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
+
+# Finite numbers only: NaN / Infinity in a body are 422, never a 500.
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+Orders = Union[str, list[Finite]]
+AdjacencyName = Literal["add-remove", "replace-one", "unbounded", "bounded"]
+Conversion = Literal["best", "bbghs", "mironov"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CalibrateRequest(_Body):
+    mechanism: Literal["clip-softmax", "gaussian"]
+    solve_for: Literal["temperature", "clip", "batch-size", "batch_size", "sigma"]
+    target_epsilon: PositiveFloat
+    delta: Delta
+    compositions: Optional[Annotated[int, Field(ge=1)]] = Field(
+        None, description="releases composed: sequences x tokens (required for clip-softmax)"
+    )
+    temperature: Optional[PositiveFloat] = None
+    clip: Optional[PositiveFloat] = None
+    batch_size: Optional[Annotated[int, Field(ge=1)]] = None
+    sensitivity: Optional[PositiveFloat] = Field(None, description="L2 sensitivity (gaussian; default 1)")
+    orders: Optional[Orders] = Field(None, description="'2-99', '2,3,4.5' or a list; default dp-accounting's grid")
+    adjacency: AdjacencyName = "add-remove"
+    method: Optional[Literal["analytic", "rdp", "classical"]] = Field(None, description="gaussian only")
+    conversion: Conversion = "best"
+    lower: Optional[PositiveFloat] = Field(None, description="search lower bound for the solved parameter")
+    upper: Optional[PositiveFloat] = Field(None, description="search upper bound for the solved parameter")
+
+
+class ConvertRequest(_Body):
+    rdp: Optional[list[Annotated[float, Field(ge=0)]]] = Field(
+        None, description="RDP curve, one value per order (may be +inf only via the library)"
+    )
+    orders: Optional[Orders] = None
+    rho: Optional[NonNegFloat] = None
+    pure_epsilon: Optional[NonNegFloat] = None
+    mu: Optional[NonNegFloat] = None
+    sigma: Optional[PositiveFloat] = None
+    sensitivity: Optional[PositiveFloat] = None
+    count: Annotated[int, Field(ge=1)] = 1
+    delta: Optional[Delta] = None
+    epsilon: Optional[NonNegFloat] = None
+    to: Optional[Literal["epsilon", "delta", "mu", "rho"]] = None
+    adjacency: AdjacencyName = "add-remove"
+    to_adjacency: Optional[AdjacencyName] = None
+    conversion: Conversion = "best"
+
+
+class EmpiricalRequest(_Body):
+    tp: Optional[Annotated[int, Field(ge=0)]] = None
+    fn: Optional[Annotated[int, Field(ge=0)]] = None
+    fp: Optional[Annotated[int, Field(ge=0)]] = None
+    tn: Optional[Annotated[int, Field(ge=0)]] = None
+    trials: Optional[Annotated[int, Field(ge=1)]] = None
+    accuracy: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = None
+    correct: Optional[Annotated[int, Field(ge=0)]] = None
+    confidence: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.95
+    delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
+
+
+def _call(fn: Callable[..., dict[str, Any]], body: BaseModel) -> dict[str, Any]:
+    try:
+        return fn(**body.model_dump(exclude_unset=False))
+    except PrivacyInputError as exc:
+        raise APIError(422, exc.message, param=exc.param, code="invalid_value") from None
+
+
+@router.post("/calibrate", summary="Solve temperature, clip, batch size or sigma for a target (epsilon, delta)")
+def calibrate(body: CalibrateRequest) -> dict[str, Any]:
+    return _call(service.calibrate, body)
+
+
+@router.post("/convert", summary="RDP / zCDP / pure / GDP / Gaussian to (epsilon, delta), or back to mu / rho")
+def convert(body: ConvertRequest) -> dict[str, Any]:
+    return _call(service.convert, body)
+
+
+@router.post("/empirical", summary="Empirical epsilon lower bound from attack counts or auditing accuracy")
+def empirical(body: EmpiricalRequest) -> dict[str, Any]:
+    return _call(service.empirical, body)

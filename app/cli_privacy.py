@@ -1,0 +1,230 @@
+"""``dpicl privacy``: calibrate, convert, empirical (same functions and keys as the HTTP API).
+
+Numbers are read as text and parsed here, so that every bad input ends in one
+line on stderr and exit code 2 (Click's own errors print a usage block).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Optional
+
+import typer
+
+from app.privacy.errors import PrivacyInputError
+
+privacy_app = typer.Typer(
+    help="Privacy math: calibrate mechanisms, convert guarantees, empirical epsilon bounds.",
+    no_args_is_help=True,
+)
+
+
+def _float(value: Optional[str], name: str) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise PrivacyInputError(f"not a number: {value!r}", param=name) from None
+
+
+def _int(value: Optional[str], name: str) -> Optional[int]:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            f = float(value)
+        except ValueError:
+            raise PrivacyInputError(f"not an integer: {value!r}", param=name) from None
+        if not math.isfinite(f) or f != int(f):
+            raise PrivacyInputError(f"not an integer: {value!r}", param=name) from None
+        return int(f)
+
+
+def _floats(value: Optional[str], name: str) -> Optional[list[float]]:
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or any(not p for p in parts):
+        raise PrivacyInputError(f"expected comma-separated numbers, got {value!r}", param=name)
+    return [_float(p, name) for p in parts]  # type: ignore[misc]
+
+
+def _require(value: Any, name: str) -> Any:
+    if value is None:
+        raise PrivacyInputError("is required", param=name)
+    return value
+
+
+def _fail(command: str, exc: PrivacyInputError, options: set[str]) -> None:
+    where = f"--{exc.param.replace('_', '-')}" if exc.param in options else exc.param
+    msg = " ".join(exc.message.split())  # one line
+    typer.echo(f"dpicl privacy {command}: error: {where}: {msg}" if where else f"dpicl privacy {command}: error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _print(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    rows: list[tuple[str, str]] = []
+
+    def add(prefix: str, val: Any) -> None:
+        if isinstance(val, dict):
+            for k, x in val.items():
+                add(f"{prefix}.{k}", x)
+        elif isinstance(val, list):
+            for x in val:
+                rows.append((prefix, str(x)))
+        elif val is None:
+            rows.append((prefix, "-"))
+        elif isinstance(val, float):
+            rows.append((prefix, f"{val:.12g}"))
+        else:
+            rows.append((prefix, str(val)))
+
+    for k, val in result.items():
+        add(k, val)
+    width = max(len(k) for k, _ in rows)
+    for k, val in rows:
+        typer.echo(f"{k:<{width}}  {val}")
+
+
+def _run(command: str, options: set[str], fn: Callable[[], dict[str, Any]], as_json: bool) -> None:
+    try:
+        result = fn()
+    except PrivacyInputError as exc:
+        _fail(command, exc, options)
+        return
+    _print(result, as_json)
+
+
+@privacy_app.command()
+def calibrate(
+    mechanism: Optional[str] = typer.Option(None, "--mechanism", help="clip-softmax | gaussian"),
+    solve_for: Optional[str] = typer.Option(None, "--solve-for", help="temperature | clip | batch-size (clip-softmax); sigma (gaussian)"),
+    target_epsilon: Optional[str] = typer.Option(None, "--target-epsilon", metavar="FLOAT", help="target epsilon (> 0)"),
+    delta: Optional[str] = typer.Option(None, "--delta", metavar="FLOAT", help="delta in (0, 1)"),
+    temperature: Optional[str] = typer.Option(None, "--temperature", metavar="FLOAT", help="softmax temperature tau"),
+    clip: Optional[str] = typer.Option(None, "--clip", metavar="FLOAT", help="logit clip bound c"),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", metavar="INT", help="prompts per batch s"),
+    compositions: Optional[str] = typer.Option(None, "--compositions", metavar="INT", help="releases composed (sequences x tokens)"),
+    sensitivity: Optional[str] = typer.Option(None, "--sensitivity", metavar="FLOAT", help="L2 sensitivity (gaussian; default 1)"),
+    orders: Optional[str] = typer.Option(None, "--orders", help="Renyi orders: '2-99' or '2,3,4.5' (default: dp-accounting's grid)"),
+    adjacency: str = typer.Option("add-remove", "--adjacency", help="add-remove | replace-one"),
+    method: Optional[str] = typer.Option(None, "--method", help="gaussian: analytic (default) | rdp | classical"),
+    conversion: str = typer.Option("best", "--conversion", help="RDP -> DP: best | bbghs | mironov"),
+    lower: Optional[str] = typer.Option(None, "--lower", metavar="FLOAT", help="search lower bound for the solved parameter"),
+    upper: Optional[str] = typer.Option(None, "--upper", metavar="FLOAT", help="search upper bound for the solved parameter"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/calibrate)"),
+) -> None:
+    """Solve a mechanism parameter so that epsilon at delta is at most the target."""
+    from app.privacy.service import calibrate as run
+
+    options = {"mechanism", "solve_for", "target_epsilon", "delta", "temperature", "clip", "batch_size", "compositions",
+               "sensitivity", "orders", "adjacency", "method", "conversion", "lower", "upper"}
+
+    def call() -> dict[str, Any]:
+        solve = _require(solve_for, "solve_for")
+        int_bounds = solve.replace("_", "-").lower() == "batch-size"
+        return run(
+            mechanism=_require(mechanism, "mechanism"),
+            solve_for=solve,
+            target_epsilon=_require(_float(target_epsilon, "target_epsilon"), "target_epsilon"),
+            delta=_require(_float(delta, "delta"), "delta"),
+            temperature=_float(temperature, "temperature"),
+            clip=_float(clip, "clip"),
+            batch_size=_int(batch_size, "batch_size"),
+            compositions=_int(compositions, "compositions"),
+            sensitivity=_float(sensitivity, "sensitivity"),
+            orders=orders,
+            adjacency=adjacency,
+            method=method,
+            conversion=conversion,
+            lower=(_int if int_bounds else _float)(lower, "lower"),
+            upper=(_int if int_bounds else _float)(upper, "upper"),
+        )
+
+    _run("calibrate", options, call, as_json)
+
+
+@privacy_app.command()
+def convert(
+    rdp: Optional[str] = typer.Option(None, "--rdp", help="RDP curve, comma-separated, one value per order"),
+    orders: Optional[str] = typer.Option(None, "--orders", help="Renyi orders: '2-99' or '2,3,4.5'"),
+    rho: Optional[str] = typer.Option(None, "--rho", metavar="FLOAT", help="zCDP rho"),
+    pure_epsilon: Optional[str] = typer.Option(None, "--pure-epsilon", metavar="FLOAT", help="pure-DP epsilon"),
+    mu: Optional[str] = typer.Option(None, "--mu", metavar="FLOAT", help="GDP mu"),
+    sigma: Optional[str] = typer.Option(None, "--sigma", metavar="FLOAT", help="Gaussian noise sigma"),
+    sensitivity: Optional[str] = typer.Option(None, "--sensitivity", metavar="FLOAT", help="L2 sensitivity with --sigma (default 1)"),
+    count: str = typer.Option("1", "--count", metavar="INT", help="number of compositions of the source"),
+    delta: Optional[str] = typer.Option(None, "--delta", metavar="FLOAT", help="delta -> epsilon"),
+    epsilon: Optional[str] = typer.Option(None, "--epsilon", metavar="FLOAT", help="epsilon -> delta"),
+    to: Optional[str] = typer.Option(None, "--to", help="epsilon | delta | mu | rho (mu, rho: from --epsilon and --delta)"),
+    adjacency: str = typer.Option("add-remove", "--adjacency", help="adjacency of the source guarantee"),
+    to_adjacency: Optional[str] = typer.Option(None, "--to-adjacency", help="translate to this adjacency"),
+    conversion: str = typer.Option("best", "--conversion", help="RDP -> DP: best | bbghs | mironov"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/convert)"),
+) -> None:
+    """Convert an RDP curve, zCDP rho, pure epsilon, GDP mu or Gaussian sigma to (epsilon, delta), or back."""
+    from app.privacy.service import convert as run
+
+    options = {"rdp", "orders", "rho", "pure_epsilon", "mu", "sigma", "sensitivity", "count", "delta", "epsilon",
+               "to", "adjacency", "to_adjacency", "conversion"}
+
+    def call() -> dict[str, Any]:
+        return run(
+            rdp=_floats(rdp, "rdp"),
+            orders=orders,
+            rho=_float(rho, "rho"),
+            pure_epsilon=_float(pure_epsilon, "pure_epsilon"),
+            mu=_float(mu, "mu"),
+            sigma=_float(sigma, "sigma"),
+            sensitivity=_float(sensitivity, "sensitivity"),
+            count=_int(count, "count"),
+            delta=_float(delta, "delta"),
+            epsilon=_float(epsilon, "epsilon"),
+            to=to,
+            adjacency=adjacency,
+            to_adjacency=to_adjacency,
+            conversion=conversion,
+        )
+
+    _run("convert", options, call, as_json)
+
+
+@privacy_app.command()
+def empirical(
+    tp: Optional[str] = typer.Option(None, "--tp", metavar="INT", help="true positives (canary in, guessed in)"),
+    fn: Optional[str] = typer.Option(None, "--fn", metavar="INT", help="false negatives"),
+    fp: Optional[str] = typer.Option(None, "--fp", metavar="INT", help="false positives (canary out, guessed in)"),
+    tn: Optional[str] = typer.Option(None, "--tn", metavar="INT", help="true negatives"),
+    trials: Optional[str] = typer.Option(None, "--trials", metavar="INT", help="number of trials (checked against the counts)"),
+    accuracy: Optional[str] = typer.Option(None, "--accuracy", metavar="FLOAT", help="auditing accuracy in [0, 1] (with --trials)"),
+    correct: Optional[str] = typer.Option(None, "--correct", metavar="INT", help="correct guesses (instead of --accuracy)"),
+    confidence: str = typer.Option("0.95", "--confidence", metavar="FLOAT", help="confidence level in (0, 1)"),
+    delta: str = typer.Option("0", "--delta", metavar="FLOAT", help="delta in [0, 1)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/empirical)"),
+) -> None:
+    """Empirical epsilon lower bound from attack counts or auditing accuracy."""
+    from app.privacy.service import empirical as run
+
+    options = {"tp", "fn", "fp", "tn", "trials", "accuracy", "correct", "confidence", "delta"}
+
+    def call() -> dict[str, Any]:
+        return run(
+            tp=_int(tp, "tp"),
+            fn=_int(fn, "fn"),
+            fp=_int(fp, "fp"),
+            tn=_int(tn, "tn"),
+            trials=_int(trials, "trials"),
+            accuracy=_float(accuracy, "accuracy"),
+            correct=_int(correct, "correct"),
+            confidence=_float(confidence, "confidence"),
+            delta=_float(delta, "delta"),
+        )
+
+    _run("empirical", options, call, as_json)
