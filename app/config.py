@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     default_budget_epsilon: float = Field(default=8.0, gt=0)
     default_budget_delta: float = Field(default=1e-5, gt=0, lt=1)
     default_adjacency: Literal["replace-one", "add-remove"] = "replace-one"
+    # Serve the non-private `icl` baseline on private sets (benchmarks only; its answers carry no guarantee).
+    allow_nonprivate_baselines: bool = False
 
     # Background jobs
     job_runner: Literal["auto", "inprocess", "procrastinate", "none"] = "auto"

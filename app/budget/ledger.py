@@ -113,6 +113,29 @@ class Ledger:
             charges=0, version=0,
         )
 
+    def replay(self, *, dataset_id: str, tenant_id: str, idempotency_key: str, mechanism: str,
+               params: dict[str, Any]) -> ChargeResult | None:
+        """The stored answer of an earlier charge with this key, or None."""
+        with self.db.session() as s:
+            acc = repo.get_account(s, dataset_id, tenant_id)
+            prior = repo.find_entry(s, dataset_id, idempotency_key) if acc is not None else None
+            if prior is None or prior.status != "charged":
+                return None
+            if prior.mechanism != mechanism or prior.params != params:
+                raise LedgerConflict(idempotency_key)
+            return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                                replayed_response=prior.response)
+
+    def precheck(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any]) -> None:
+        """Refuse early (no lock, no model work) when the charge cannot fit; ``charge`` decides for real."""
+        with self.db.session() as s:
+            acc = repo.get_account(s, dataset_id, tenant_id)
+            if acc is None:
+                raise NoBudgetAccount(dataset_id)
+            spent, _ = compose(_state_of(acc).add(charge_of(cost)), acc.delta_budget)
+            if not spent <= acc.epsilon_budget * (1 + 1e-12):
+                raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
+
     def charge(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any], mechanism: str,
                params: dict[str, Any], response: dict[str, Any], key_id: str | None = None,
                idempotency_key: str | None = None) -> ChargeResult:

@@ -1,0 +1,235 @@
+"""Private answers: load the exemplar set, run the mechanism, charge the ledger, release.
+
+Shared by ``POST /v1/private/classify`` and the OpenAI-compatible
+``/v1/chat/completions``. The answer leaves only after its charge is committed;
+the released body is stored on the ledger entry, so a retry with the same
+``Idempotency-Key`` returns it without a second charge (also after a crash
+between charge and release).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+
+from app.api.auth import Principal
+from app.api.errors import APIError
+from app.budget.ledger import BudgetExhausted, Ledger, LedgerConflict, NoBudgetAccount
+from app.runtime import Runtime
+from app.store import budget_repo, datasets_repo
+
+log = logging.getLogger("dpicl.private")
+
+# A test-only fault: exit the process right after a charge commits (crash-recovery tests).
+_CRASH_AFTER_CHARGE = "DPICL_TEST_CRASH_AFTER_CHARGE"
+
+
+@dataclass
+class PrivateAnswer:
+    body: dict[str, Any]
+    epsilon_spent: float
+    epsilon_remaining: float
+    replayed: bool = False
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-DPICL-Epsilon-Spent": f"{self.epsilon_spent:.6g}",
+            "X-DPICL-Epsilon-Remaining": f"{self.epsilon_remaining:.6g}",
+            **({"Idempotent-Replayed": "true"} if self.replayed else {}),
+        }
+
+
+def budget_exhausted_error(exc: BudgetExhausted) -> APIError:
+    return APIError(
+        429,
+        f"privacy budget exhausted: epsilon {exc.epsilon_spent:.6g} of {exc.epsilon_budget:.6g} spent, "
+        f"{exc.remaining:.6g} remaining; this answer would bring it to {exc.epsilon_would_be:.6g}",
+        code="budget_exhausted",
+        param="epsilon",
+        headers={"X-DPICL-Epsilon-Spent": f"{exc.epsilon_spent:.6g}",
+                 "X-DPICL-Epsilon-Remaining": f"{exc.remaining:.6g}"},
+    )
+
+
+def _mechanism_error(exc: Exception) -> APIError:
+    return APIError(422, str(exc), param=getattr(exc, "param", None), code="invalid_mechanism_params")
+
+
+def _rng(rt: Runtime, seed: int | None):
+    from app.mechanisms.rng import secure_rng, seeded_rng
+
+    if seed is None:
+        return secure_rng()
+    if not rt.settings.allow_seeded_noise:
+        raise APIError(422, "a noise seed is accepted only when the server allows seeded noise "
+                       "(DPICL_ALLOW_SEEDED_NOISE, tests and audits only)", param="seed", code="seed_not_allowed")
+    return seeded_rng(seed)
+
+
+async def classify(
+    rt: Runtime,
+    principal: Principal,
+    *,
+    dataset_id: str,
+    query: str,
+    mechanism: str,
+    params: dict[str, Any],
+    model: str | None,
+    return_internals: bool,
+    seed: int | None,
+    idempotency_key: str | None,
+) -> PrivateAnswer:
+    from app.mechanisms import get_mechanism
+    from app.mechanisms.errors import MechanismParamError
+
+    if return_internals and not principal.has("internals"):
+        raise APIError(403, "return_internals needs an API key with the 'internals' scope",
+                       param="return_internals", code="insufficient_scope")
+    try:
+        mech = get_mechanism(mechanism)
+    except MechanismParamError as exc:
+        raise _mechanism_error(exc) from None
+    try:
+        lm = rt.get_model(model, "lm")
+    except KeyError:
+        raise APIError(404, f"model {model!r} is not served here", param="model", code="model_not_found") from None
+
+    def _load():
+        with rt.db.session() as s:
+            ds = datasets_repo.get_dataset(s, dataset_id, principal.tenant_id)
+            if ds is None:
+                return None
+            acc = budget_repo.get_account(s, dataset_id, principal.tenant_id)
+            return ds.task, list(ds.labels), dict(ds.template), datasets_repo.load_exemplars(s, dataset_id), acc
+
+    loaded = await run_in_threadpool(_load)
+    if loaded is None:
+        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+    task, labels, template, exemplars, acc = loaded
+    if task != "classification":
+        raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/generate",
+                       param="dataset_id", code="wrong_task")
+    params = {k: v for k, v in params.items() if v is not None}
+    if "adjacency" not in params and mech.is_private:
+        params["adjacency"] = acc.adjacency
+    if mech.is_private and params.get("adjacency") and params["adjacency"] != acc.adjacency:
+        raise APIError(422, f"this dataset's budget is accounted under {acc.adjacency!r} adjacency",
+                       param="adjacency", code="adjacency_mismatch")
+    if not mech.is_private:
+        if any(k in params for k in ("epsilon", "delta")):
+            raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
+                           param="epsilon", code="not_private")
+        if mech.name != "zero_shot" and not rt.settings.allow_nonprivate_baselines:
+            raise APIError(422, f"mechanism {mech.name!r} puts the exemplars in the prompt without any privacy "
+                           "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
+                           param="mechanism", code="not_private")
+    try:
+        parsed = mech.parse_params(params)
+        cost = mech.cost(parsed, n_exemplars=len(exemplars))
+    except (MechanismParamError, ValueError) as exc:
+        raise _mechanism_error(exc) from None
+    ledger = Ledger(rt.db)
+    charges = mech.is_private or mech.name != "zero_shot"
+    request_params = {"query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
+                      **json.loads(json.dumps(parsed.to_dict(), default=str)), "model": lm.name}
+
+    if charges and idempotency_key:
+        # An idempotent retry returns the stored answer before any model work.
+        try:
+            replay = await run_in_threadpool(
+                ledger.replay, dataset_id=dataset_id, tenant_id=principal.tenant_id,
+                idempotency_key=idempotency_key, mechanism=mech.name, params=request_params)
+        except LedgerConflict:
+            raise APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
+                           code="idempotency_conflict") from None
+        if replay is not None:
+            return _replayed(replay, return_internals)
+    if charges:
+        try:
+            await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
+        except BudgetExhausted as exc:
+            raise budget_exhausted_error(exc) from None
+
+    rng = _rng(rt, seed)
+    t0 = time.perf_counter()
+    try:
+        result = await run_in_threadpool(mech.classify, lm, exemplars, query, labels, template, parsed, rng)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mechanism_error(exc) from None
+    full = result.to_dict()
+    body = {
+        "object": "private.classification",
+        "dataset_id": dataset_id,
+        "model": lm.name,
+        "label": result.label,
+        "mechanism": result.mechanism,
+        "privacy": full["privacy"],
+        "internals": full["internals"],  # stored for white-box audits; stripped below unless asked
+        "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+    }
+    if not charges:
+        body["budget"] = None
+        return PrivateAnswer(_visible(body, return_internals), acc.epsilon_spent,
+                             max(0.0, acc.epsilon_budget - acc.epsilon_spent))
+    try:
+        ch = await run_in_threadpool(
+            ledger.charge, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=full["privacy"],
+            mechanism=mech.name, params=request_params, response=body, key_id=principal.key_id,
+            idempotency_key=idempotency_key)
+    except BudgetExhausted as exc:
+        raise budget_exhausted_error(exc) from None
+    except LedgerConflict:
+        raise APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
+                       code="idempotency_conflict") from None
+    except NoBudgetAccount:
+        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found") from None
+    if ch.replayed_response is not None:
+        return _replayed(ch, return_internals)
+    if os.environ.get(_CRASH_AFTER_CHARGE) == "1":
+        os._exit(17)
+    body["budget"] = {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
+                      "epsilon_remaining": ch.remaining}
+    return PrivateAnswer(_visible(body, return_internals), ch.epsilon_spent, ch.remaining)
+
+
+async def dataset_task(rt: Runtime, principal: Principal, dataset_id: str) -> str:
+    def _get():
+        with rt.db.session() as s:
+            ds = datasets_repo.get_dataset(s, dataset_id, principal.tenant_id)
+            return ds.task if ds else None
+
+    task = await run_in_threadpool(_get)
+    if task is None:
+        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+    return task
+
+
+def generation_entry():
+    """The generation service (``app.api.generation_service.generate``), when that feature is installed."""
+    try:
+        from app.api.generation_service import generate
+    except ModuleNotFoundError:
+        raise APIError(422, "private generation is not available on this server", param="dataset_id",
+                       code="unsupported") from None
+    return generate
+
+
+def _visible(body: dict[str, Any], return_internals: bool) -> dict[str, Any]:
+    out = dict(body)
+    if not return_internals:
+        out.pop("internals", None)
+    return out
+
+
+def _replayed(ch, return_internals: bool) -> PrivateAnswer:
+    body = dict(ch.replayed_response)
+    body["budget"] = {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
+                      "epsilon_remaining": ch.remaining}
+    return PrivateAnswer(_visible(body, return_internals), ch.epsilon_spent, ch.remaining, replayed=True)

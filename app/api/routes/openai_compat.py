@@ -1,0 +1,111 @@
+"""``POST /v1/chat/completions`` in OpenAI's shape: the gateway for existing clients.
+
+The DP parameters ride in extra body fields (``extra_body`` in the official client):
+``dataset_id`` (required), ``mechanism``, ``epsilon``, ``delta``, ``partitions``,
+``shots_per_partition``, ``adjacency``, ``calibrate``, ``return_internals``, ``seed``,
+``dp_params``. The last user message is the query. The response carries OpenAI's
+fields plus a ``dp`` block with the cost and the remaining budget.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api import private_service
+from app.api.auth import Principal, require
+from app.api.deps import RuntimeDep
+from app.api.errors import APIError
+
+router = APIRouter(tags=["openai-compatible"])
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    # OpenAI clients send fields we don't use (temperature, n, stream...): ignore unknown ones.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=4096)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
+    stream: bool = False
+    n: int = Field(default=1, ge=1, le=1)
+    # DP extensions
+    dataset_id: str = Field(min_length=1, max_length=64)
+    mechanism: str | None = None
+    epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    partitions: int | None = Field(default=None, ge=1, le=1000)
+    shots_per_partition: int | None = Field(default=None, ge=1, le=1000)
+    adjacency: str | None = None
+    calibrate: bool | None = None
+    return_internals: bool = False
+    seed: int | None = Field(default=None, ge=0)
+    dp_params: dict[str, Any] = Field(default_factory=dict)
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(
+    body: ChatCompletionRequest,
+    rt: RuntimeDep,
+    principal: Annotated[Principal, Depends(require("infer"))],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+):
+    if body.stream:
+        raise APIError(422, "streaming is not supported: a private answer is released whole, after its charge",
+                       param="stream", code="unsupported")
+    users = [m for m in body.messages if m.role == "user"]
+    if not users or not _text(users[-1].content).strip():
+        raise APIError(422, "the last user message is the query and must not be empty", param="messages")
+    query = _text(users[-1].content)
+    params = {**body.dp_params, **{k: getattr(body, k) for k in (
+        "epsilon", "delta", "partitions", "shots_per_partition", "adjacency", "calibrate") if getattr(body, k) is not None}}
+    model_name = body.model if body.model and body.model in rt.models else None
+    if body.model and model_name is None:
+        raise APIError(404, f"model {body.model!r} is not served here", param="model", code="model_not_found")
+
+    task = await private_service.dataset_task(rt, principal, body.dataset_id)
+    if task == "generation":
+        generate = private_service.generation_entry()
+        ans = await generate(rt, principal, dataset_id=body.dataset_id, query=query,
+                             mechanism=body.mechanism or "esa", params=params, model=model_name,
+                             max_tokens=body.max_completion_tokens or body.max_tokens,
+                             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key)
+        content = ans.body.get("text", "")
+    else:
+        ans = await private_service.classify(
+            rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
+            model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key)
+        content = ans.body["label"]
+    b = ans.body
+    out = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": b.get("model"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop",
+                     "logprobs": None}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"), "privacy": b.get("privacy"),
+               "budget": b.get("budget"), **({"internals": b["internals"]} if "internals" in b else {})},
+    }
+    return JSONResponse(out, headers=ans.headers())

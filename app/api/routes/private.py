@@ -1,0 +1,61 @@
+"""``POST /v1/private/classify``: a classification answer from a private exemplar set."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api import private_service
+from app.api.auth import Principal, require
+from app.api.deps import RuntimeDep
+
+router = APIRouter(prefix="/v1/private", tags=["private inference"])
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_id: str = Field(min_length=1, max_length=64)
+    query: str = Field(min_length=1, max_length=20_000)
+    mechanism: str = Field(default="rnm", description="rnm | poe | zero_shot | icl (see GET /v1/mechanisms)")
+    epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    partitions: int | None = Field(default=None, ge=1, le=1000)
+    shots_per_partition: int | None = Field(default=None, ge=1, le=1000)
+    adjacency: str | None = None
+    calibrate: bool | None = Field(default=None, description="contextual calibration of the label scores")
+    model: str | None = None
+    return_internals: bool = False
+    seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    params: dict[str, Any] = Field(default_factory=dict, description="further mechanism parameters")
+
+    def mechanism_params(self) -> dict[str, Any]:
+        common = {k: getattr(self, k) for k in ("epsilon", "delta", "partitions", "shots_per_partition",
+                                                "adjacency", "calibrate")}
+        return {**self.params, **{k: v for k, v in common.items() if v is not None}}
+
+
+@router.post("/classify")
+async def classify(
+    body: ClassifyRequest,
+    rt: RuntimeDep,
+    principal: Annotated[Principal, Depends(require("infer"))],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+):
+    ans = await private_service.classify(
+        rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
+        params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
+        idempotency_key=idempotency_key,
+    )
+    return JSONResponse(ans.body, headers=ans.headers())
+
+
+@router.get("/mechanisms")
+async def mechanisms(_: Annotated[Principal, Depends(require("infer", "audit", "admin"))]):
+    from app.mechanisms import get_mechanism, mechanism_names
+
+    return {"object": "list", "data": [
+        {"name": n, "is_private": get_mechanism(n).is_private} for n in mechanism_names()]}
