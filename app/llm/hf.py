@@ -1,0 +1,520 @@
+"""The in-process Hugging Face backend (``backend="hf"``): CUDA when present, else CPU.
+
+Conventions (see docs/models.md):
+
+* **Tokenization / BOS.** A prompt is tokenized without the tokenizer's
+  special tokens; then, if this tokenizer normally prepends a BOS token and
+  the text does not already start with one (chat templates such as Gemma's
+  write ``<bos>`` themselves), one BOS is prepended. So a BOS is never doubled
+  and never missing. SmolLM2 uses no BOS. EOS is never appended.
+* **Continuations** are tokenized on their own (no special tokens) and
+  appended to the prompt's tokens: a label " Technology" is scored as the
+  tokens ``tokenize(" Technology")``, i.e. what the model emits after a
+  prompt ending in "Answer:". Prompts should not end in a space when labels
+  carry the leading space. The score is the exact teacher-forced sum
+  ``sum_j log p(c_j | prompt, c_<j)``; an empty continuation scores 0.
+* **Batching and padding.** A batch's longest common token prefix is computed
+  once (or taken from the LRU of prefix caches) and shared; suffixes are right
+  padded after it, with explicit position ids and masks (see ``kv.py``), so
+  batched numbers equal one-at-a-time numbers up to float rounding.
+* **Threads.** One re-entrant lock per model serialises forward passes; a
+  :class:`DecodeSession` takes it per step, so sessions interleave safely.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .decode import DecodeSession
+from .errors import CapabilityError
+from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
+from .types import Capabilities, Generation, ModelSpec
+
+log = logging.getLogger(__name__)
+
+_LM_HEAD_CHUNK = 512  # positions per lm_head call when gathering many positions
+
+
+@dataclass
+class ForwardStats:
+    """Counters for benchmarks and tests (reset with :meth:`reset`).
+
+    ``forward_tokens``: real tokens run through the model (prefix work included);
+    ``padded_tokens``: positions run, padding included; ``reused_tokens``:
+    row-tokens served from a shared or cached prefix instead of being
+    recomputed; ``forward_calls``: model forward passes.
+    """
+
+    forward_tokens: int = 0
+    padded_tokens: int = 0
+    reused_tokens: int = 0
+    forward_calls: int = 0
+    prefix_cache_hits: int = 0
+
+    def reset(self) -> None:
+        self.forward_tokens = self.padded_tokens = self.reused_tokens = 0
+        self.forward_calls = self.prefix_cache_hits = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class HFLanguageModel:
+    """A causal LM from transformers behind the :class:`~app.llm.types.LanguageModel` protocol."""
+
+    backend = "hf"
+
+    def __init__(self, spec: ModelSpec, model: Any, tokenizer: Any, *, device: torch.device, dtype: torch.dtype):
+        self.name = spec.name
+        self.spec = spec
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.dtype = dtype
+        opts = dict(spec.options or {})
+        self.prefix_reuse: bool = bool(opts.get("prefix_reuse", True))
+        self.min_prefix_tokens: int = max(1, int(opts.get("min_prefix_tokens", 8)))
+        self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", 8192)))
+        self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
+        self.stats = ForwardStats()
+        self._lock = threading.RLock()
+        self._tok_lock = threading.Lock()
+
+        cfg = model.config.get_text_config()
+        self._base = model.base_model  # the decoder stack without the LM head
+        self._lm_head = model.get_output_embeddings()
+        self._softcap = getattr(cfg, "final_logit_softcapping", None)
+        self._vocab_size = int(self._lm_head.weight.shape[0])
+        self._max_context = getattr(cfg, "max_position_embeddings", None)
+        layer_types = getattr(cfg, "layer_types", None) or []
+        self._window = getattr(cfg, "sliding_window", None) if "sliding_attention" in layer_types else None
+
+        self._pad_id = next(
+            (i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None), 0
+        )
+        with_special = tokenizer("x", add_special_tokens=True)["input_ids"]
+        bos = tokenizer.bos_token_id
+        self._bos_id = bos if (bos is not None and with_special and with_special[0] == bos) else None
+        eos: set[int] = set()
+        gc_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        for e in (gc_eos if isinstance(gc_eos, (list, tuple)) else [gc_eos]) + [tokenizer.eos_token_id]:
+            if e is not None:
+                eos.add(int(e))
+        self.eos_token_ids = frozenset(eos)
+
+    # ------------------------------------------------------------------ info
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            backend=self.backend,
+            full_vocab_logprobs=True,
+            continuation_scoring=True,
+            generation=True,
+            chat_template=bool(getattr(self.tokenizer, "chat_template", None)),
+            embeddings=False,
+            max_context=self._max_context,
+            vocab_size=self._vocab_size,
+            embedding_dim=None,
+            device=str(self.device),
+            dtype=str(self.dtype).removeprefix("torch."),
+            prefix_reuse=self.prefix_reuse,
+            decode_session=True,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    # ------------------------------------------------------------ tokenizing
+
+    def _encode_plain(self, text: str) -> list[int]:
+        with self._tok_lock:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of a prompt, exactly as the scoring and generation calls see it (BOS rule above)."""
+        ids = self._encode_plain(text)
+        if self._bos_id is not None and (not ids or ids[0] != self._bos_id):
+            ids = [self._bos_id] + ids
+        return ids
+
+    def detokenize(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        with self._tok_lock:
+            return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise CapabilityError(f"model {self.name!r} has no chat template (not an instruction-tuned model?)")
+        with self._tok_lock:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+
+    def _encode_prompts(self, prompts: Sequence[str], extra: int = 0) -> list[list[int]]:
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a sequence of strings, not one string")
+        rows = [self.tokenize(p) for p in prompts]
+        for i, r in enumerate(rows):
+            if not r:
+                raise CapabilityError(f"prompt {i} is empty after tokenization; model {self.name!r} needs at least one token")
+            if self._max_context is not None and len(r) + extra > self._max_context:
+                raise CapabilityError(
+                    f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {self._max_context} "
+                    f"of model {self.name!r}"
+                )
+        return rows
+
+    # ---------------------------------------------------------- forward core
+
+    def _forward(self, kv: KVBatch, rows: Sequence[Sequence[int]]) -> torch.Tensor | None:
+        """Append ``rows[i]`` to row ``i`` of ``kv`` (right padded); return the last hidden states (n, S, H)."""
+        n = kv.n
+        assert len(rows) == n
+        s = max((len(r) for r in rows), default=0)
+        if s == 0:
+            return None
+        ids = torch.full((n, s), self._pad_id, dtype=torch.long)
+        new = torch.zeros((n, s), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+                new[i, : len(r)] = 1
+        ids, new = ids.to(self.device), new.to(self.device)
+        new_len = new.sum(1)
+        if bool(((kv.lengths + new_len) == 0).any()):
+            raise RuntimeError("internal: a row with no real token would be fully masked (NaN)")
+        if self._window is not None and kv.physical_length + s > self._window and not bool(kv.mask.all() and new.all()):
+            raise CapabilityError(
+                f"model {self.name!r} uses sliding-window attention ({self._window} tokens); padded batches longer "
+                f"than the window are not supported: send shorter prompts or one prompt per call"
+            )
+        position_ids = kv.lengths[:, None] + torch.arange(s, device=self.device)[None, :]
+        attention_mask = torch.cat([kv.mask, new], dim=1)
+        with torch.inference_mode():
+            out = self._base(
+                input_ids=ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=kv.cache,
+                use_cache=True,
+            )
+        kv.mask = attention_mask
+        kv.lengths = kv.lengths + new_len
+        self.stats.forward_calls += 1
+        self.stats.forward_tokens += int(new_len.sum())
+        self.stats.padded_tokens += n * s
+        return out.last_hidden_state
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits in float32 for hidden states (..., H)."""
+        with torch.inference_mode():
+            logits = self._lm_head(hidden).float()
+            if self._softcap:
+                logits = torch.tanh(logits / self._softcap) * self._softcap
+        return logits
+
+    def _prefix_kv(self, tokens: Sequence[int]) -> PrefixKV | None:
+        """Keys/values for ``tokens`` (batch 1), from the LRU where possible. Call under ``_lock``."""
+        if not self.prefix_reuse or len(tokens) < self.min_prefix_tokens:
+            return None
+        tokens = tuple(tokens)
+        entry, m = self.prefix_cache.best_match(tokens)
+        base = None
+        if entry is not None and m >= self.min_prefix_tokens:
+            base = entry.truncate(m)
+            self.stats.prefix_cache_hits += 1
+            if m == len(tokens):
+                return base
+        else:
+            m = 0
+        kv = KVBatch.from_prefix(base, 1, self.device)
+        self._forward(kv, [tokens[m:]])
+        result = kv.to_prefix(tokens)
+        self.prefix_cache.put(result)
+        return result
+
+    def _shared_prefix(self, rows: Sequence[Sequence[int]], cap: int) -> PrefixKV | None:
+        """The longest common prefix of ``rows`` (at most ``cap`` tokens) as keys/values, or None."""
+        if not self.prefix_reuse:
+            return None
+        common = batch_common_prefix(rows)[: max(0, cap)]
+        return self._prefix_kv(common)
+
+    def _chunks(self, lengths: Sequence[int], fixed: int, rows_per_item: int = 1) -> list[list[int]]:
+        """Group item indices (sorted by length) so that rows x (fixed + max length) fits max_batch_tokens."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            longest = max(lengths[i], max((lengths[j] for j in cur), default=0))
+            if cur and (len(cur) + 1) * rows_per_item * (fixed + longest) > self.max_batch_tokens:
+                chunks.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    # ------------------------------------------------------------- scoring
+
+    def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray:
+        """(B, V) float32: log p(next token | prompt_b) over the full vocabulary."""
+        rows = self._encode_prompts(prompts)
+        out = np.empty((len(rows), self._vocab_size), dtype=np.float32)
+        if not rows:
+            return out
+        with self._lock:
+            prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1)
+            p = len(prefix) if prefix is not None else 0
+            for chunk in self._chunks([len(rows[i]) - p for i in range(len(rows))], p):
+                kv = KVBatch.from_prefix(prefix, len(chunk), self.device)
+                suffixes = [rows[i][p:] for i in chunk]
+                hidden = self._forward(kv, suffixes)
+                last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
+                h = hidden[torch.arange(len(chunk), device=self.device), last]
+                lp = torch.log_softmax(self._logits(h), dim=-1)
+                out[chunk] = lp.cpu().numpy()
+                self.stats.reused_tokens += p * len(chunk)
+        return out
+
+    def continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """(B, K) float64: ``sum_j log p(c_kj | prompt_b, c_k<j)``, teacher forced, exact."""
+        if isinstance(continuations, str):
+            raise TypeError("continuations must be a sequence of strings, not one string")
+        conts = [self._encode_plain(c) for c in continuations]
+        k_count = len(conts)
+        longest_cont = max((len(c) for c in conts), default=0)
+        prows = self._encode_prompts(prompts, extra=longest_cont)
+        b_count = len(prows)
+        out = np.zeros((b_count, k_count), dtype=np.float64)
+        if b_count == 0 or k_count == 0 or longest_cont == 0:
+            return out
+        # Stage 1 caches each prompt but its last token; stage 2 runs
+        # [last prompt token] + continuation for every (prompt, continuation) pair.
+        stage1 = [r[:-1] for r in prows]
+        with self._lock:
+            prefix = self._shared_prefix(stage1, cap=min(len(s) for s in stage1))
+            p = len(prefix) if prefix is not None else 0
+            lengths = [len(r) - p + longest_cont for r in prows]
+            for group in self._chunks(lengths, p, rows_per_item=k_count):
+                kv = KVBatch.from_prefix(prefix, len(group), self.device)
+                s1 = [stage1[b][p:] for b in group]
+                if p == 0 and any(len(x) == 0 for x in s1):
+                    covered = [0] * len(group)  # an empty row would be fully masked: skip stage 1
+                else:
+                    self._forward(kv, s1)
+                    covered = [len(stage1[b]) for b in group]
+                self.stats.reused_tokens += p * len(group)
+                pair_kv = kv.select([g for g in range(len(group)) for _ in range(k_count)]) if k_count > 1 else kv
+                self.stats.reused_tokens += (k_count - 1) * sum(covered)
+                rows2, row_idx, pos_idx, targets, owner = [], [], [], [], []
+                for gi, b in enumerate(group):
+                    offset = len(prows[b]) - 1 - covered[gi]
+                    for k, c in enumerate(conts):
+                        r = len(rows2)
+                        rows2.append(prows[b][covered[gi]:] + c)
+                        for j, t in enumerate(c):
+                            row_idx.append(r)
+                            pos_idx.append(offset + j)
+                            targets.append(t)
+                            owner.append(gi * k_count + k)
+                hidden = self._forward(pair_kv, rows2)
+                totals = torch.zeros(len(rows2), dtype=torch.float64)
+                ri = torch.as_tensor(row_idx, device=self.device)
+                pi = torch.as_tensor(pos_idx, device=self.device)
+                tt = torch.as_tensor(targets, device=self.device)
+                ow = torch.as_tensor(owner)
+                for a in range(0, len(targets), _LM_HEAD_CHUNK):
+                    sl = slice(a, a + _LM_HEAD_CHUNK)
+                    lp = torch.log_softmax(self._logits(hidden[ri[sl], pi[sl]]), dim=-1)
+                    tok_lp = lp.gather(1, tt[sl, None]).squeeze(1).double().cpu()
+                    totals.index_add_(0, ow[sl], tok_lp)
+                out[group] = totals.view(len(group), k_count).numpy()
+        return out
+
+    # ------------------------------------------------------------ decoding
+
+    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> DecodeSession:
+        """Open a :class:`DecodeSession` over ``prompts`` (strings, or token id lists used as is)."""
+        if prompts and not isinstance(prompts[0], str):
+            rows = [list(map(int, r)) for r in prompts]
+            if any(len(r) == 0 for r in rows):
+                raise CapabilityError("every token id prompt needs at least one token")
+        else:
+            rows = self._encode_prompts(prompts)  # type: ignore[arg-type]
+        if not rows:
+            raise CapabilityError("start_decode needs at least one prompt")
+        with self._lock:
+            prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1)
+            p = len(prefix) if prefix is not None else 0
+            kv = KVBatch.from_prefix(prefix, len(rows), self.device)
+            suffixes = [r[p:] for r in rows]
+            hidden = self._forward(kv, suffixes)
+            last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
+            logits = self._logits(hidden[torch.arange(len(rows), device=self.device), last])
+            self.stats.reused_tokens += p * len(rows)
+        return DecodeSession(self, kv, logits, rows)
+
+    def _decode_step(self, kv: KVBatch, tokens: Sequence[int]) -> torch.Tensor:
+        if self._max_context is not None and int(kv.lengths.max()) + 1 > self._max_context:
+            raise CapabilityError(f"decoding past the max context {self._max_context} of model {self.name!r}")
+        with self._lock:
+            hidden = self._forward(kv, [[int(t)] for t in tokens])
+            return self._logits(hidden[:, 0])
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Greedy (``temperature == 0``) or sampled (temperature, nucleus ``top_p``) generation.
+
+        Sampling uses one ``torch.Generator`` per call, seeded by ``seed`` (or
+        by ``os.urandom``), drawing rows in order on the CPU: the same call with
+        the same seed repeats exactly.
+        """
+        if max_new_tokens < 0:
+            raise ValueError("max_new_tokens must be >= 0")
+        if temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if isinstance(stop, str):
+            stop = [stop]
+        stops = [s for s in (stop or []) if s]
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a sequence of strings, not one string")
+        if not prompts:
+            return []
+        if max_new_tokens == 0:
+            self._encode_prompts(prompts)
+            return [Generation("", [], "length") for _ in prompts]
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+
+        session = self.start_decode(prompts)
+        n = len(prompts)
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        results: list[Generation | None] = [None] * n
+        active = list(range(n))
+        logits = session._logits_t
+        for step in range(max_new_tokens):
+            chosen = _choose_tokens(logits, temperature, top_p, generator)
+            lengths = session.lengths
+            keep: list[int] = []
+            for j, b in enumerate(active):
+                t = chosen[j]
+                out_ids[b].append(t)
+                if t in self.eos_token_ids:
+                    results[b] = Generation(self.detokenize(out_ids[b][:-1]), out_ids[b], "stop")
+                    continue
+                if stops:
+                    text = self.detokenize(out_ids[b])
+                    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                    if cut >= 0:
+                        results[b] = Generation(text[:cut], out_ids[b], "stop")
+                        continue
+                if lengths[j] + 1 > (self._max_context or 1 << 62):  # no room to feed t back
+                    results[b] = Generation(self.detokenize(out_ids[b]), out_ids[b], "length")
+                    continue
+                keep.append(j)
+            if not keep or step == max_new_tokens - 1:
+                active = [active[j] for j in keep]
+                break
+            if len(keep) < len(active):
+                session.keep(keep)
+                chosen = [chosen[j] for j in keep]
+                active = [active[j] for j in keep]
+            logits = session._step_t(chosen)
+        for b in active:
+            results[b] = Generation(self.detokenize(out_ids[b]), out_ids[b], "length")
+        session.close()
+        return [r for r in results if r is not None]
+
+    # ------------------------------------------------------------- utility
+
+    def clear_prefix_cache(self) -> None:
+        self.prefix_cache.clear()
+
+    def __repr__(self) -> str:
+        return f"HFLanguageModel(name={self.name!r}, device={self.device}, dtype={self.dtype})"
+
+
+def _choose_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> list[int]:
+    if temperature == 0.0:
+        return logits.argmax(dim=-1).tolist()
+    probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)
+        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p  # keep the smallest set reaching top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).tolist()
+
+
+class HFEmbedder:
+    """A sentence-transformers model behind the :class:`~app.llm.types.Embedder` protocol."""
+
+    backend = "hf"
+
+    def __init__(self, spec: ModelSpec, model: Any, *, device: torch.device, dtype: torch.dtype):
+        self.name = spec.name
+        self.spec = spec
+        self.model = model
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.batch_size = int((spec.options or {}).get("embed_batch_size", 64))
+        self._dim = int(model.get_sentence_embedding_dimension())
+        self._lock = threading.Lock()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            backend=self.backend,
+            full_vocab_logprobs=False,
+            continuation_scoring=False,
+            generation=False,
+            chat_template=False,
+            embeddings=True,
+            max_context=getattr(self.model, "max_seq_length", None),
+            vocab_size=None,
+            embedding_dim=self._dim,
+            device=str(self.device),
+            dtype=str(self.dtype).removeprefix("torch."),
+        )
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, D) float32, unit L2 norm (texts longer than the model's max length are truncated)."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of strings, not one string")
+        if len(texts) == 0:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        with self._lock, torch.inference_mode():
+            emb = self.model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=False,
+                show_progress_bar=False,
+            )
+        emb = np.asarray(emb, dtype=np.float64)
+        norms = np.linalg.norm(emb, axis=1, keepdims=True)
+        return (emb / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def __repr__(self) -> str:
+        return f"HFEmbedder(name={self.name!r}, dim={self._dim}, device={self.device})"

