@@ -1,0 +1,134 @@
+"""Token-by-token private decoding over s prompts, on top of ``app.llm``'s decode session.
+
+Each step: the model gives the (s, V) next-token logits of the s prompts (each
+extended by the tokens released so far), a private rule chooses ONE token from
+them, and that token is appended to all s sequences. With the KV cache
+(:class:`app.llm.decode.DecodeSession`) a step is one forward pass of s
+sequences of one token; :class:`ReencodeSession` recomputes every sequence from
+scratch each step (the reference the tests and the benchmark compare against).
+
+Stopping at EOS or a stop string is post-processing of released tokens; the
+privacy cost is charged for ``max_tokens`` steps whatever the stop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from app.mechanisms.errors import MechanismParamError
+
+
+class StepSession(Protocol):
+    @property
+    def logits(self) -> np.ndarray: ...
+
+    def step(self, tokens: int) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+class ReencodeSession:
+    """Same interface as the KV-cached session, but every step re-encodes each full sequence
+    (prompt + released tokens) with a fresh ``start_decode``: no KV reuse across steps."""
+
+    def __init__(self, lm: Any, prompts: Sequence[str]):
+        self._lm = lm
+        self._rows = [list(lm.tokenize(p)) for p in prompts]
+        self._logits = self._encode()
+
+    def _encode(self) -> np.ndarray:
+        s = self._lm.start_decode(self._rows)
+        try:
+            return s.logits
+        finally:
+            s.close()
+
+    @property
+    def logits(self) -> np.ndarray:
+        return self._logits
+
+    def step(self, tokens: int) -> np.ndarray:
+        for r in self._rows:
+            r.append(int(tokens))
+        self._logits = self._encode()
+        return self._logits
+
+    def close(self) -> None:
+        self._rows = []
+
+
+def open_session(lm: Any, prompts: Sequence[str], *, reencode: bool = False) -> StepSession:
+    if not hasattr(lm, "start_decode"):
+        raise MechanismParamError(
+            f"model {getattr(lm, 'name', '?')!r} has no incremental decoding (full-vocabulary logits per step); "
+            "token-level mechanisms need the hf backend",
+            param="model",
+        )
+    return ReencodeSession(lm, prompts) if reencode else lm.start_decode(list(prompts))
+
+
+@dataclass
+class DecodeOutcome:
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    seconds_per_step: list[float] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+
+
+ChooseFn = Callable[[np.ndarray], "tuple[int, dict[str, Any]]"]
+
+
+def eos_ids(lm: Any) -> frozenset[int]:
+    return frozenset(int(t) for t in getattr(lm, "eos_token_ids", ()) or ())
+
+
+def decode(
+    lm: Any,
+    prompts: Sequence[str],
+    choose: ChooseFn,
+    max_tokens: int,
+    *,
+    stops: Sequence[str] | None = None,
+    reencode: bool = False,
+    stop_at_eos: bool = True,
+) -> DecodeOutcome:
+    """Run ``max_tokens`` private steps at most; ``choose(logits)`` returns (token, step internals)."""
+    eos = eos_ids(lm) if stop_at_eos else frozenset()
+    t0 = time.perf_counter()
+    sess = open_session(lm, prompts, reencode=reencode)
+    prefill = time.perf_counter() - t0
+    out: list[int] = []
+    steps: list[dict[str, Any]] = []
+    timings: list[float] = []
+    finish = "length"
+    text_cut: str | None = None
+    try:
+        logits = sess.logits
+        for i in range(max_tokens):
+            tok, info = choose(logits)
+            steps.append(info)
+            if tok in eos:
+                finish = "stop"
+                break
+            out.append(int(tok))
+            if stops:
+                text = lm.detokenize(out)
+                cut = min((j for j in (text.find(s) for s in stops) if j >= 0), default=-1)
+                if cut >= 0:
+                    finish, text_cut = "stop", text[:cut]
+                    break
+            if i == max_tokens - 1:
+                break
+            ts = time.perf_counter()
+            logits = sess.step(int(tok))
+            timings.append(time.perf_counter() - ts)
+    finally:
+        sess.close()
+    text = text_cut if text_cut is not None else lm.detokenize(out)
+    return DecodeOutcome(out, text, finish, steps, timings, prefill)

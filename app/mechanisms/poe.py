@@ -1,0 +1,180 @@
+"""``poe``: Private PoEtry (product of experts + exponential mechanism).
+
+Each expert sees one exemplar (or a group of ``group_size`` exemplars, PoEtry
+Appendix B.2) and the query; all experts go through the model in one batched
+call. Expert e's per-label log-probability (normalised over the label set) is
+clipped from below at -c, a_e(y) = max(log p_e(y), -c) in [-c, 0]; the
+utilities are summed over experts, U(y) = sum_e a_e(y) (the log of the product
+of experts, PoEtry Eq. 3), and a label is drawn with P(y) proportional to
+exp(lam U(y)) (exponential mechanism, McSherry & Talwar 2007).
+
+The PoEtry text we have lost its formulas; the constants are our own
+derivation (docs/mechanisms.md, ``sensitivity.poe_utility_range``): a
+neighbour changes U by a vector whose range is at most c when an expert is
+added or removed whole (add/remove, one exemplar per expert, every exemplar an
+expert) and at most 2c otherwise (replace-one; groups; sub-sampled experts),
+so lam = eps/c or eps/(2c) gives pure eps-DP, and both are tight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from app.mechanisms import aggregate as agg
+from app.mechanisms import sensitivity as sens
+from app.mechanisms._cost import cost_dict
+from app.mechanisms.base import (
+    ClassificationResult,
+    Mechanism,
+    MechanismParams,
+    check_int,
+    check_labels,
+    check_number,
+    check_query,
+    normalize_exemplars,
+    register,
+)
+from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.rng import resolve_rng
+from app.privacy.accountant import ExponentialMechanismEvent
+
+# Chosen by the sweep in benchmarks/bench_classify.py --sweep-clip (docs/mechanisms.md).
+DEFAULT_CLIP = 2.0
+
+
+@dataclass(frozen=True)
+class PoEParams(MechanismParams):
+    """``experts`` None: every exemplar (or group) is an expert. ``clip`` is c > 0 in nats."""
+
+    epsilon: float = 1.0
+    adjacency: str = "replace-one"
+    clip: float = DEFAULT_CLIP
+    group_size: int = 1
+    experts: int | None = None
+    calibrate: bool = False
+
+    def __post_init__(self) -> None:
+        s = object.__setattr__
+        s(self, "epsilon", check_number(self.epsilon, "epsilon", lo=0.0))
+        s(self, "adjacency", sens.parse_adjacency(self.adjacency).value)
+        s(self, "clip", check_number(self.clip, "clip", lo=0.0))
+        s(self, "group_size", check_int(self.group_size, "group_size"))
+        s(self, "experts", check_int(self.experts, "experts", optional=True))
+        if not isinstance(self.calibrate, bool):
+            raise MechanismParamError("must be true or false", param="calibrate")
+
+
+def resolve_experts(p: PoEParams, n: int) -> int:
+    if n < 1:
+        raise MechanismParamError("at least one exemplar is needed", param="exemplars")
+    e = p.experts if p.experts is not None else n // p.group_size
+    if e < 1:
+        raise MechanismParamError(f"group_size = {p.group_size} exceeds the {n} exemplars", param="group_size")
+    if e * p.group_size > n:
+        raise MechanismParamError(
+            f"experts x group_size = {e} x {p.group_size} = {e * p.group_size} exceeds the {n} exemplars",
+            param="experts",
+        )
+    return e
+
+
+def unit_change(p: PoEParams) -> sens.UnitChange:
+    return sens.unit_change(p.adjacency, exemplars_per_unit=p.group_size, uses_every_exemplar=p.experts is None)
+
+
+def inverse_temperature(p: PoEParams) -> float:
+    return sens.poe_inverse_temperature(p.epsilon, p.clip, unit_change(p))
+
+
+class PoE(Mechanism):
+    name = "poe"
+    is_private = True
+    params_type = PoEParams
+
+    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+        p = self.parse_params(params)
+        experts = resolve_experts(p, n_exemplars) if n_exemplars is not None else p.experts
+        return self._cost(p, experts)
+
+    def _cost(self, p: PoEParams, experts: int | None) -> dict[str, Any]:
+        change = unit_change(p)
+        d = p.to_dict()
+        d.update(
+            experts=experts,
+            inverse_temperature=inverse_temperature(p),
+            utility_range=sens.poe_utility_range(p.clip, change),
+            unit_change=change.value,
+        )
+        return cost_dict(
+            ExponentialMechanismEvent(p.epsilon),
+            epsilon=p.epsilon,
+            delta=0.0,
+            adjacency=sens.parse_adjacency(p.adjacency),
+            mechanism="poe",
+            params=d,
+            method="pure-exponential",
+        )
+
+    def _draw(self, label_probs, labs, p: PoEParams, n_exemplars: int, rng, size):
+        resolve_experts(p, n_exemplars)
+        probs = np.asarray(label_probs, dtype=float)
+        if probs.ndim != 2 or probs.shape[1] != len(labs) or probs.shape[0] < 1:
+            raise MechanismParamError(f"label_probs must be (experts, {len(labs)}), got {probs.shape}", param="label_probs")
+        clipped = agg.clipped_log_probs(probs, p.clip)
+        utility = clipped.sum(axis=0)
+        lam = inverse_temperature(p)
+        idx, noisy = agg.exponential_mechanism_sample(utility, lam, resolve_rng(rng), size)
+        return probs, clipped, utility, lam, noisy, idx
+
+    def sample_labels(self, label_probs, labels, params, n_exemplars: int, rng=None, size: int | None = None):
+        """``size`` independent releases for the same experts' label distributions (the code
+        path of :meth:`release`, vectorised; audits, tests)."""
+        p = self.parse_params(params)
+        return self._draw(label_probs, check_labels(labels), p, n_exemplars, rng, size)[-1]
+
+    def release(
+        self,
+        label_probs: np.ndarray,
+        labels: Sequence[str],
+        params: "Mapping[str, Any] | PoEParams | None",
+        n_exemplars: int,
+        rng: np.random.Generator | None = None,
+        experts: Sequence[Sequence[int]] | None = None,
+    ) -> ClassificationResult:
+        """The private step alone, from the experts' label distributions (E, K)."""
+        p = self.parse_params(params)
+        labs = check_labels(labels)
+        probs, clipped, utility, lam, noisy, idx = self._draw(label_probs, labs, p, n_exemplars, rng, None)
+        dist = agg.exponential_mechanism_distribution(utility, lam)
+        internals = {
+            "clipped_utility_sums": utility,
+            "expert_clipped_log_probs": clipped,
+            "expert_label_probs": probs,
+            "inverse_temperature": lam,
+            "noisy_scores": noisy,  # lam U + Gumbel(1): its argmax is the released label
+        }
+        if experts is not None:
+            internals["experts"] = [list(map(int, u)) for u in experts]
+        return ClassificationResult(
+            labs[idx], idx, self.name, self._cost(p, resolve_experts(p, n_exemplars)), internals,
+            dict(zip(labs, map(float, dist))),
+        )
+
+    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+        from app.mechanisms import _icl
+
+        p = self.parse_params(params)
+        ex = normalize_exemplars(exemplars)
+        labs = check_labels(labels)
+        q = check_query(query)
+        e = resolve_experts(p, len(ex))
+        g = resolve_rng(rng)
+        units = _icl.partition(len(ex), e, p.group_size, g)
+        probs = _icl.unit_label_probs(lm, ex, units, q, labs, template, calibrate=p.calibrate)
+        return self.release(probs, labs, p, len(ex), g, experts=units)
+
+
+register(PoE())
