@@ -476,7 +476,8 @@ class HFEmbedder:
         self.device = torch.device(device)
         self.dtype = dtype
         self.batch_size = int((spec.options or {}).get("embed_batch_size", 64))
-        self._dim = int(model.get_sentence_embedding_dimension())
+        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self._dim = int(get_dim())
         self._lock = threading.Lock()
 
     def capabilities(self) -> Capabilities:

