@@ -18,6 +18,7 @@ class AuditJob(Base):
     __table_args__ = (
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_audit_jobs_tenant_idempotency"),
         Index("ix_audit_jobs_status_created", "status", "created_at"),
+        Index("ix_audit_jobs_webhook_next_at", "webhook_next_at"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -44,6 +45,10 @@ class AuditJob(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # 0002: a machine-readable reason beside ``error``, and durable webhook retries.
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    webhook_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    webhook_next_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
     artifacts: Mapped[list["JobArtifact"]] = relationship(
         back_populates="job", cascade="all, delete-orphan", passive_deletes=True, order_by="JobArtifact.name"

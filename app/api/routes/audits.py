@@ -1,0 +1,200 @@
+"""Audit jobs over HTTP: submit (202 + Location), get, list, cancel, artifacts."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from app.api.auth import Principal, require
+from app.api.deps import RuntimeDep
+from app.api.errors import APIError
+from app.jobs import registry
+from app.jobs import repository as repo
+from app.jobs import service
+from app.jobs.errors import JobError
+from app.jobs.resource import job_resource, job_url, load_resource
+
+log = logging.getLogger("dpicl.api.audits")
+
+router = APIRouter(prefix="/v1/audits", tags=["audits"])
+
+# Seconds a client should wait before polling a job that is not finished.
+RETRY_AFTER_SECONDS = 1
+
+JobId = Annotated[str, Path(min_length=1, max_length=64)]
+# Every route needs a key with the "audit" scope (open mode: everyone); jobs belong to the key's tenant.
+Auditor = Annotated[Principal, Depends(require("audit", "admin"))]
+
+
+class AuditCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, max_length=64, description="job kind, e.g. 'epsilon'")
+    config: dict[str, Any] = Field(default_factory=dict, description="validated against the kind's schema")
+    claimed_epsilon: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    claimed_delta: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    webhook_url: AnyHttpUrl | None = Field(default=None, description="receives the final job JSON, HMAC-signed")
+
+
+def _not_found(job_id: str) -> APIError:
+    return APIError(404, f"no audit job with id {job_id!r}", code="job_not_found")
+
+
+def _job_headers(resource: dict[str, Any]) -> dict[str, str]:
+    headers = {"Location": resource["url"]}
+    if resource["status"] in ("queued", "running"):
+        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return headers
+
+
+@router.post("", status_code=202, summary="Submit an audit job")
+async def create_audit(
+    body: AuditCreate,
+    request: Request,
+    rt: RuntimeDep,
+    who: Auditor,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")
+    ] = None,
+):
+    webhook_url = str(body.webhook_url) if body.webhook_url is not None else None
+    try:
+        sub = await run_in_threadpool(
+            service.submit,
+            rt,
+            kind_name=body.kind,
+            config=body.config,
+            claimed_epsilon=body.claimed_epsilon,
+            claimed_delta=body.claimed_delta,
+            webhook_url=webhook_url,
+            idempotency_key=idempotency_key,
+            tenant_id=who.tenant_id,
+        )
+    except service.ConfigInvalid as exc:
+        param = exc.errors[0][0]
+        message = "; ".join(f"{p}: {m}" for p, m in exc.errors[:10])
+        raise APIError(422, message, param=param, code="invalid_value") from None
+    except JobError as exc:
+        param = exc.param or "config"
+        if not (param.startswith("config") or param in ("kind", "webhook_url")):
+            param = f"config.{param}"
+        message = exc.message if exc.message.startswith(param) else f"{param}: {exc.message}"
+        raise APIError(422, message, param=param, code=exc.code) from None
+    except repo.IdempotencyConflict as exc:
+        raise APIError(
+            409,
+            f"Idempotency-Key {idempotency_key!r} was already used for job {exc.job_id} with a different request "
+            "body; use a new key for a different request",
+            param="Idempotency-Key",
+            code="idempotency_key_reused",
+        ) from None
+    runner = service.get_runner(request.app)
+    if sub.created and runner is not None:
+        if runner.name == "procrastinate":
+            await runner.defer(sub.job_id)
+        else:
+            runner.notify()
+    headers = _job_headers(sub.resource)
+    if not sub.created:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(sub.resource, status_code=202 if sub.created else 200, headers=headers)
+
+
+@router.get("/kinds", summary="Job kinds this server accepts, with their config schemas")
+def list_kinds(rt: RuntimeDep, who: Auditor):
+    kinds = registry.available_kinds(rt.settings)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "object": "audit.kind",
+                "name": name,
+                "description": k.description,
+                "config_schema": k.config_model.model_json_schema(),
+            }
+            for name, k in kinds.items()
+        ],
+    }
+
+
+@router.get("", summary="List audit jobs (newest first)")
+def list_audits(
+    rt: RuntimeDep,
+    who: Auditor,
+    kind: Annotated[str | None, Query(max_length=64)] = None,
+    status: Annotated[Literal["queued", "running", "succeeded", "failed", "cancelled"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    after: Annotated[str | None, Query(max_length=64, description="id of the last job of the previous page")] = None,
+):
+    with rt.db.session() as s:
+        try:
+            jobs, has_more = repo.list_jobs(
+                s, tenant_id=who.tenant_id, kind=kind, status=status, limit=limit, after=after
+            )
+        except KeyError:
+            raise APIError(422, f"after: no audit job with id {after!r}", param="after", code="invalid_value") from None
+        index = repo.artifact_index(s, [j.id for j in jobs])
+        data = [job_resource(j, index[j.id]) for j in jobs]
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": has_more,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
+@router.get("/{job_id}", summary="An audit job: status, progress, result, verdict")
+def get_audit(job_id: JobId, rt: RuntimeDep, who: Auditor):
+    with rt.db.session() as s:
+        resource = load_resource(s, job_id, who.tenant_id)
+    if resource is None:
+        raise _not_found(job_id)
+    return JSONResponse(resource, headers=_job_headers(resource))
+
+
+@router.post("/{job_id}/cancel", summary="Cancel a job (a running one stops at its next progress point)")
+def cancel_audit(job_id: JobId, request: Request, rt: RuntimeDep, who: Auditor):
+    resource = service.cancel(rt, job_id, who.tenant_id)
+    if resource is None:
+        raise _not_found(job_id)
+    if resource["status"] in ("succeeded", "failed"):
+        raise APIError(
+            409, f"job {job_id} already {resource['status']}; there is nothing to cancel", code="job_finished"
+        )
+    runner = service.get_runner(request.app)
+    if runner is not None and resource["status"] == "running":
+        runner.cancel_local(job_id)
+    return JSONResponse(resource, headers=_job_headers(resource))
+
+
+@router.get("/{job_id}/artifacts", summary="A job's artifacts")
+def list_artifacts(job_id: JobId, rt: RuntimeDep, who: Auditor):
+    with rt.db.session() as s:
+        if repo.get_job(s, job_id, who.tenant_id) is None:
+            raise _not_found(job_id)
+        items = repo.artifact_index(s, [job_id])[job_id]
+    base = job_url(job_id)
+    return {"object": "list", "data": [dict(a, url=f"{base}/artifacts/{a['name']}") for a in items]}
+
+
+@router.get("/{job_id}/artifacts/{name}", summary="Download one artifact (PNG, JSON, CSV...)")
+def get_artifact(job_id: JobId, name: Annotated[str, Path(max_length=200)], rt: RuntimeDep, who: Auditor):
+    with rt.db.session() as s:
+        if repo.get_job(s, job_id, who.tenant_id) is None:
+            raise _not_found(job_id)
+        art = repo.get_artifact(s, job_id, name)
+        if art is None:
+            raise APIError(404, f"job {job_id} has no artifact named {name!r}", code="artifact_not_found")
+        content, media_type = art.content, art.media_type
+    return Response(
+        content=content,
+        media_type=media_type,
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "private, max-age=3600"},
+    )
+

@@ -1,0 +1,351 @@
+"""``dpicl audit``: submit audit jobs and gate CI on their verdict.
+
+Exit codes of ``dpicl audit run`` (also in the README):
+
+    0  the measured leakage is within the claim (or, without --wait, the job was accepted)
+    1  the measured leakage exceeds the claim (verdict: violation)
+    2  an error: bad input, the service refused or failed, the job failed or was cancelled
+    3  --timeout elapsed before the job finished (the job keeps running on the server)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+audit_app = typer.Typer(help="Audit jobs: submit, wait, CI verdicts.", no_args_is_help=True)
+
+EXIT_PASS, EXIT_VIOLATION, EXIT_ERROR, EXIT_TIMEOUT = 0, 1, 2, 3
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class CLIError(Exception):
+    def __init__(self, message: str, code: int = EXIT_ERROR, *, job: dict | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.job = job
+
+
+class Deadline:
+    def __init__(self, seconds: float | None) -> None:
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def left(self) -> float | None:
+        return None if self.end is None else self.end - time.monotonic()
+
+    def passed(self) -> bool:
+        return self.end is not None and time.monotonic() >= self.end
+
+
+def idempotency_key(body: dict[str, Any], run_id: str | None) -> str:
+    """The request's hash (kind, config and claims), plus ``--run-id``: re-running the same CI step
+    gets the same job back; a new pipeline run (a new run id) gets a new job."""
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:40]
+    return f"ci-{digest}" + (f"-{run_id}" if run_id else "")
+
+
+def _retry_after(r, default: float) -> float:
+    value = r.headers.get("Retry-After") if r is not None else None
+    try:
+        return min(max(float(value), 0.1), 60.0) if value is not None else default
+    except ValueError:
+        return default
+
+
+def _error_text(r) -> str:
+    try:
+        err = r.json()["error"]
+        param = f" ({err['param']})" if err.get("param") else ""
+        return f"HTTP {r.status_code}{param}: {err['message']}"
+    except Exception:
+        return f"HTTP {r.status_code}: {r.text[:300]}"
+
+
+class Client:
+    """HTTP with retries on transport errors, 429 and 5xx, honouring Retry-After."""
+
+    def __init__(self, server: str, deadline: Deadline, *, max_retries: int = 8) -> None:
+        import httpx
+
+        self.server = server.rstrip("/")
+        headers = {"User-Agent": "dpicl-audit-cli"}
+        key = os.environ.get("DPICL_API_KEY")
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+        self.deadline = deadline
+        self.max_retries = max_retries
+
+    def request(self, method: str, path: str, **kw):
+        import httpx
+
+        delay = 0.5
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if self.deadline.passed():
+                raise CLIError(f"timed out ({last or 'no answer'})", EXIT_TIMEOUT)
+            r = None
+            try:
+                r = self.http.request(method, path, **kw)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if r.status_code != 429 and r.status_code < 500:
+                    return r
+                last = _error_text(r)
+            if attempt == self.max_retries:
+                break
+            wait = _retry_after(r, delay)
+            left = self.deadline.left()
+            if left is not None:
+                wait = min(wait, max(left, 0))
+            time.sleep(wait)
+            delay = min(delay * 2, 30.0)
+        raise CLIError(f"the service at {self.server} did not answer ({last})")
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class Progress:
+    """A bar on a terminal; plain lines (on change) otherwise."""
+
+    def __init__(self, stream, enabled: bool = True) -> None:
+        self.stream = stream
+        self.tty = enabled and hasattr(stream, "isatty") and stream.isatty()
+        self.enabled = enabled
+        self.last: tuple | None = None
+
+    def show(self, job: dict) -> None:
+        if not self.enabled:
+            return
+        frac = float(job["progress"]["fraction"] or 0.0)
+        msg = job["progress"]["message"] or ""
+        status = job["status"]
+        if self.tty:
+            width = 30
+            filled = int(round(frac * width))
+            line = f"\r[{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% {status}: {msg}"[:120]
+            self.stream.write(line.ljust(120))
+            self.stream.flush()
+            return
+        key = (status, msg, int(frac * 10))
+        if key != self.last:
+            self.last = key
+            self.stream.write(f"{status} {frac * 100:.0f}% {msg}\n")
+            self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _load_body(config: Path, kind: str | None) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if str(config) == "-" else config.read_text()
+    except OSError as exc:
+        raise CLIError(f"cannot read --config {config}: {exc.strerror or exc}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"--config {config} is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        raise CLIError(f"--config {config} must hold a JSON object")
+    if "kind" in data and "config" in data:  # the POST /v1/audits body (claims from the flags win)
+        body = {k: v for k, v in data.items() if k in ("kind", "config", "claimed_delta", "webhook_url")}
+        if kind and kind != data["kind"]:
+            raise CLIError(f"--kind {kind} contradicts kind {data['kind']!r} in {config}")
+        return body
+    return {"kind": kind or "epsilon", "config": data}
+
+
+def _summary(job: dict) -> str:
+    result = job.get("result") or {}
+    measured = result.get("epsilon")
+    claim = job.get("claimed_epsilon")
+    parts = [f"measured epsilon {measured:.6g}" if isinstance(measured, (int, float)) else "no measured epsilon"]
+    if job.get("claimed_delta") is not None and isinstance(result.get("delta"), (int, float)):
+        parts.append(f"delta {result['delta']:.3g} (claimed {job['claimed_delta']:.3g})")
+    rel = {"pass": "<=", "violation": ">"}.get(job.get("verdict") or "", "vs")
+    return f"{', '.join(parts)} {rel} claimed epsilon {claim:g}" if claim is not None else ", ".join(parts)
+
+
+def _outcome(job: dict) -> tuple[int, str]:
+    status = job["status"]
+    if status == "succeeded":
+        if job.get("verdict") == "pass":
+            return EXIT_PASS, f"PASS: {_summary(job)}"
+        if job.get("verdict") == "violation":
+            return EXIT_VIOLATION, f"VIOLATION: {_summary(job)}"
+        return EXIT_ERROR, "ERROR: the job finished without a verdict (its result has no epsilon to compare)"
+    if status == "failed":
+        err = job.get("error") or {}
+        return EXIT_ERROR, f"ERROR: the job failed: {err.get('message') or 'no reason given'}"
+    return EXIT_ERROR, f"ERROR: the job was cancelled ({job['progress'].get('message') or ''})"
+
+
+def write_junit(path: Path, *, kind: str, claimed_epsilon: float, job: dict | None, job_url: str | None,
+                code: int, message: str, seconds: float) -> None:
+    """One test case per audit: <failure> for a violation, <error> for errors and time-outs."""
+    name = f"{kind} audit: epsilon within claimed {claimed_epsilon:g}"
+    classname = f"dpicl.audit.{kind}"
+    failures = 1 if code == EXIT_VIOLATION else 0
+    errors = 1 if code in (EXIT_ERROR, EXIT_TIMEOUT) else 0
+    stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    suites = ET.Element("testsuites", name="dpicl audit", tests="1", failures=str(failures), errors=str(errors),
+                        time=f"{seconds:.3f}")
+    suite = ET.SubElement(suites, "testsuite", name=classname, tests="1", failures=str(failures),
+                          errors=str(errors), skipped="0", time=f"{seconds:.3f}", timestamp=stamp)
+    props = ET.SubElement(suite, "properties")
+    result = (job or {}).get("result") or {}
+    for k, v in (("job_id", (job or {}).get("id")), ("job_url", job_url), ("status", (job or {}).get("status")),
+                 ("verdict", (job or {}).get("verdict")), ("claimed_epsilon", claimed_epsilon),
+                 ("claimed_delta", (job or {}).get("claimed_delta")), ("measured_epsilon", result.get("epsilon")),
+                 ("measured_delta", result.get("delta"))):
+        if v is not None:
+            ET.SubElement(props, "property", name=k, value=str(v))
+    case = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{seconds:.3f}")
+    if code == EXIT_VIOLATION:
+        el = ET.SubElement(case, "failure", message=message, type="PrivacyClaimViolation")
+        el.text = message
+    elif code == EXIT_TIMEOUT:
+        el = ET.SubElement(case, "error", message=message, type="Timeout")
+        el.text = message
+    elif code == EXIT_ERROR:
+        el = ET.SubElement(case, "error", message=message, type="AuditError")
+        el.text = message
+    out = ET.SubElement(case, "system-out")
+    out.text = "\n".join(x for x in (f"job: {job_url}" if job_url else None, message,
+                                     json.dumps(result, indent=2, sort_keys=True) if result else None) if x)
+    ET.indent(suites)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+@audit_app.command("run")
+def run(
+    server: str = typer.Option(..., "--server", envvar="DPICL_SERVER", help="base URL, e.g. http://dpicl:8000"),
+    config: Path = typer.Option(..., "--config", help="JSON: {\"kind\", \"config\"} or a bare config ('-' reads stdin)"),
+    claimed_epsilon: float = typer.Option(..., "--claimed-epsilon", min=0, help="the epsilon you claim"),
+    claimed_delta: Optional[float] = typer.Option(None, "--claimed-delta", min=0, max=1, help="the delta you claim"),
+    kind: Optional[str] = typer.Option(None, "--kind", help="job kind when --config is a bare config (default epsilon)"),
+    wait: bool = typer.Option(False, "--wait", help="wait for the verdict (what CI wants)"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0, help="give up after S seconds (exit 3)"),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="write a JUnit XML report here"),
+    as_json: bool = typer.Option(False, "--json", help="print the final job JSON on stdout"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", envvar="DPICL_RUN_ID",
+                                         help="part of the idempotency key, e.g. $CI_PIPELINE_ID"),
+    webhook_url: Optional[str] = typer.Option(None, "--webhook-url", help="also POST the final job JSON here"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
+) -> None:
+    """Submit an audit and, with --wait, exit 0 (within the claim), 1 (violation), 2 (error) or 3 (timeout)."""
+    t0 = time.monotonic()
+    deadline = Deadline(timeout)
+    info = sys.stderr if as_json else sys.stdout
+    job: dict | None = None
+    job_url: str | None = None
+    body: dict[str, Any] = {"kind": kind or "epsilon"}
+    client: Client | None = None
+    try:
+        body = _load_body(config, kind)
+        body["claimed_epsilon"] = claimed_epsilon
+        if claimed_delta is not None:
+            body["claimed_delta"] = claimed_delta
+        if webhook_url:
+            body["webhook_url"] = webhook_url
+        client = Client(server, deadline)
+        key = idempotency_key(body, run_id)
+        r = client.request("POST", "/v1/audits", json=body, headers={"Idempotency-Key": key})
+        if r.status_code not in (200, 202):
+            raise CLIError(f"the service refused the audit: {_error_text(r)}")
+        job = r.json()
+        job_url = client.server + r.headers.get("Location", job["url"])
+        print(job_url, file=info, flush=True)
+        if job["status"] not in TERMINAL and not wait:
+            code, message = EXIT_PASS, f"submitted: job {job['id']} is {job['status']} (use --wait for a verdict)"
+        else:
+            progress = Progress(sys.stderr, enabled=not quiet)
+            pause = _retry_after(r, 1.0)
+            try:
+                while job["status"] not in TERMINAL:
+                    progress.show(job)
+                    left = deadline.left()
+                    if left is not None and left <= 0:
+                        raise CLIError(f"timed out after {timeout:g} s; job {job['id']} is still {job['status']} "
+                                       f"(it keeps running: {job_url})", EXIT_TIMEOUT, job=job)
+                    time.sleep(pause if left is None else min(pause, left))
+                    if deadline.passed():
+                        continue
+                    r = client.request("GET", f"/v1/audits/{job['id']}")
+                    if r.status_code != 200:
+                        raise CLIError(f"cannot read job {job['id']}: {_error_text(r)}", job=job)
+                    job = r.json()
+                    pause = _retry_after(r, 1.0)
+                progress.show(job)
+            finally:
+                progress.done()
+            code, message = _outcome(job)
+    except CLIError as exc:
+        code, message = exc.code, ("TIMEOUT: " if exc.code == EXIT_TIMEOUT else "ERROR: ") + exc.message
+        job = exc.job or job
+    finally:
+        if client is not None:
+            client.close()
+    print(message, file=sys.stderr if as_json or code else info, flush=True)
+    if as_json:
+        print(json.dumps(job if job is not None else {"error": {"message": message}}, indent=2), flush=True)
+    if junit is not None:
+        write_junit(junit, kind=body.get("kind", "audit"), claimed_epsilon=claimed_epsilon, job=job, job_url=job_url,
+                    code=code, message=message, seconds=time.monotonic() - t0)
+    raise typer.Exit(code)
+
+
+@audit_app.command("status")
+def status(
+    job_id: str = typer.Argument(..., help="job id"),
+    server: str = typer.Option(..., "--server", envvar="DPICL_SERVER"),
+) -> None:
+    """Print a job's JSON."""
+    client = Client(server, Deadline(60))
+    try:
+        r = client.request("GET", f"/v1/audits/{job_id}")
+    except CLIError as exc:
+        typer.echo(f"dpicl: {exc.message}", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    finally:
+        client.close()
+    if r.status_code != 200:
+        typer.echo(f"dpicl: {_error_text(r)}", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    typer.echo(json.dumps(r.json(), indent=2))
+
+
+@audit_app.command("cancel")
+def cancel(
+    job_id: str = typer.Argument(..., help="job id"),
+    server: str = typer.Option(..., "--server", envvar="DPICL_SERVER"),
+) -> None:
+    """Cancel a job (a running one stops at its next progress point)."""
+    client = Client(server, Deadline(60))
+    try:
+        r = client.request("POST", f"/v1/audits/{job_id}/cancel")
+    except CLIError as exc:
+        typer.echo(f"dpicl: {exc.message}", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    finally:
+        client.close()
+    if r.status_code != 200:
+        typer.echo(f"dpicl: {_error_text(r)}", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    typer.echo(f"{r.json()['status']}{' (cancel requested)' if r.json()['cancel_requested'] else ''}")

@@ -1,0 +1,58 @@
+"""``sleep``: a test-only kind (``DPICL_JOB_TEST_KINDS=true``) that exercises the machinery:
+progress steps, cancellation, crash recovery, failures, artifacts and verdicts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.jobs.context import JobContext
+from app.jobs.errors import JobError
+from app.jobs.registry import JobKind, register
+
+
+class SleepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(default=5, ge=0, le=100_000)
+    step_seconds: float = Field(default=0.1, ge=0, le=60)
+    # Reported as the measured epsilon (so a claim can pass or fail on purpose).
+    epsilon: float = Field(default=0.5, ge=0)
+    delta: float | None = Field(default=None, ge=0, lt=1)
+    fail_at_step: int | None = Field(default=None, ge=0)
+    fail_message: str = "the sleep job failed on purpose"
+    artifacts: bool = False
+
+
+@register
+class SleepKind(JobKind):
+    name = "sleep"
+    config_model = SleepConfig
+    description = "Test-only: sleeps in steps, reporting progress; can fail or make artifacts on request."
+    test_only = True
+
+    def run(self, ctx: JobContext, config: SleepConfig) -> dict[str, Any]:
+        for i in range(config.steps):
+            if config.fail_at_step is not None and i == config.fail_at_step:
+                raise JobError(config.fail_message)
+            time.sleep(config.step_seconds)
+            ctx.progress((i + 1) / config.steps, f"step {i + 1} of {config.steps}")
+        if config.fail_at_step is not None and config.fail_at_step >= config.steps:
+            raise JobError(config.fail_message)
+        if config.artifacts:
+            ctx.add_artifact("steps.csv", "text/csv", _csv(config.steps))
+            ctx.add_artifact("plot.png", "image/png", _png(config.steps))
+        return {"steps": config.steps, "epsilon": config.epsilon, "delta": config.delta, "attempt": ctx.attempt}
+
+
+def _csv(n: int) -> bytes:
+    return ("step,fraction\n" + "".join(f"{i + 1},{(i + 1) / n:.6f}\n" for i in range(n))).encode()
+
+
+def _png(n: int) -> bytes:
+    from app.jobs.plots import line_plot_png
+
+    xs = list(range(1, n + 1))
+    return line_plot_png(xs, [x / max(n, 1) for x in xs], xlabel="step", ylabel="progress", title="sleep job")

@@ -1,0 +1,44 @@
+"""PNG plots for job artifacts (matplotlib's object API: no pyplot state, safe in worker threads)."""
+
+from __future__ import annotations
+
+import io
+from typing import Sequence
+
+
+def line_plot_png(
+    xs: Sequence[float],
+    ys: Sequence[float] | dict[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    hline: tuple[float, str] | None = None,
+    marker: tuple[float, float, str] | None = None,
+    logx: bool = False,
+) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    series = ys if isinstance(ys, dict) else {"": ys}
+    for label, values in series.items():
+        ax.plot(list(xs), list(values), label=label or None)
+    if hline is not None:
+        ax.axhline(hline[0], color="tab:red", linestyle="--", label=hline[1])
+    if marker is not None:
+        ax.plot([marker[0]], [marker[1]], "o", color="black", label=marker[2])
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if any(series) or hline or marker:
+        ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
