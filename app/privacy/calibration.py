@@ -285,7 +285,9 @@ def calibrate_gaussian(
     params: dict[str, Any] = {"sensitivity": sens, "compositions": k}
     if method == "analytic":
         sigma = gaussian_sigma_analytic(target, d, sens, k)
-        eps = gaussian_epsilon(sigma, d, sens, k)
+        # sigma is verified to give delta(target) <= delta exactly, so the achieved epsilon is <= target;
+        # the root-finder's last ulps can land a hair above it.
+        eps = min(gaussian_epsilon(sigma, d, sens, k), target)
         return Calibration("sigma", sigma, None, eps, d, target, "analytic", 0, {**params, "sigma": sigma})
     if method == "classical":
         if k != 1:
