@@ -23,6 +23,7 @@ OPTIONAL_ROUTERS = (
     "app.api.routes.privacy",
     "app.api.routes.datasets",
     "app.api.routes.private",
+    "app.api.routes.private_generate",
     "app.api.routes.openai_compat",
     "app.api.routes.audits",
 )

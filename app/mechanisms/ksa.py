@@ -75,7 +75,7 @@ PARAMS = (
 DEFAULT_PARTITIONS = 10
 DEFAULT_SHOTS = 4
 DEFAULT_MAX_KEYWORDS = 30  # the notebook's bound on k
-DEFAULT_EM_FRACTION = 0.3
+DEFAULT_EM_FRACTION = 0.2
 DEFAULT_PTR_DELTA_FRACTION = 0.5
 
 # The English stop-word list of NLTK (Bird et al. 2009), which the notebook removes.
@@ -273,17 +273,18 @@ def configure(req: GenerationRequest) -> KSAConfig:
 def privacy(cfg: KSAConfig, req: GenerationRequest) -> dict[str, Any]:
     b = cfg.budget
     acc = b.accountant
+    # No RDP curve or rho in the cost: PTR's delta0 has no RDP form, and a ledger composing
+    # curves would drop it. (epsilon, delta) then composes by basic composition.
+    params = cfg.to_dict()
+    params["rdp_without_ptr_delta"] = {"orders": list(acc.orders), "rdp": list(acc.rdp)}
     cost = PrivacyCost(
         epsilon=b.epsilon,
         delta=req.delta,
         adjacency=sens.parse_adjacency(req.adjacency).value,
         mechanism=NAME,
-        params=cfg.to_dict(),
+        params=params,
         alpha=acc.get_epsilon_and_order(b.delta_accounting)[1] if b.method == "rdp" else None,
         method=f"{b.method}+ptr",
-        orders=tuple(float(x) for x in acc.orders),
-        rdp=tuple(float(x) for x in acc.rdp),
-        rho=acc.rho,
     )
     d = cost.to_dict()
     d["is_private"] = True

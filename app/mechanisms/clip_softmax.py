@@ -1,0 +1,207 @@
+"""``clip_softmax``: private token generation of Amin et al. 2024 (ICLInf Appendix C, Algorithm 1).
+
+s prompts, each one partition of the exemplars plus the query (one-shot when a
+partition holds one exemplar). At every step, for each prompt's raw next-token
+logits z,
+    clip_c(z)_i = max(-c, z_i - max_j z_j + c)            (in [-c, c], top token at c)
+the clipped vectors are averaged over the s prompts, and the next token is drawn
+from softmax(mean / tau); the same token is appended to all s prompts. Decoding
+is incremental (``app.llm`` decode session: one forward of s one-token
+sequences per step, KV cache reused).
+
+Privacy (ICLInf C.2-C.3, computed by ``app.privacy``): one exemplar sits in one
+prompt, so a neighbour changes one prompt's clipped vector arbitrarily inside
+[-c, c]^V and the mean by at most 2c/s per coordinate: the privacy module's
+replace-one sensitivity Delta = 2c/(s tau) (``app.privacy.clip_softmax``). Per
+token: zCDP rho = Delta^2/2 and the exponential-mechanism RDP of ICLInf Thm C.5 at
+eps = 2 Delta (the smaller is used), composed over ``max_tokens`` steps (Thm C.7),
+converted to (epsilon, delta) (Thm C.8 or Mironov, the smaller; pure basic
+composition when smaller). We use this one-prompt-swapped sensitivity under
+either adjacency: the prompt count s is a public parameter, and adding or
+removing an exemplar changes one prompt, never zeroes it (ICLInf's c/(s tau) is the
+zero-out model of Amin et al.). The temperature is calibrated to the budget with
+``app.privacy.calibrate_clip_softmax`` (ICLInf Algorithm 3, feasible end kept)
+unless given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp
+
+from app.mechanisms import sensitivity as sens
+from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.gen_common import (
+    GenerationRequest,
+    GenerationResult,
+    Params,
+    build_prompt,
+    clean_answer,
+    largest_feasible,
+    partition,
+    require_private,
+    resolve_units,
+    stop_strings,
+)
+from app.mechanisms.gen_decode import decode
+from app.mechanisms.rng import resolve_rng
+from app.privacy.accountant import ClipSoftmaxEvent, RdpAccountant
+from app.privacy.adjacency import Adjacency
+from app.privacy.calibration import calibrate_clip_softmax
+from app.privacy.errors import PrivacyInputError
+
+NAME = "clip_softmax"
+PARAMS = ("prompts", "shots_per_prompt", "clip", "temperature")
+DEFAULT_PROMPTS = 32
+DEFAULT_SHOTS = 1
+DEFAULT_CLIP = 2.0
+# The sensitivity basis (see module doc): one prompt swapped.
+ACCOUNTING_ADJACENCY = Adjacency.REPLACE_ONE
+
+
+# ---------------------------------------------------------------------------
+# Pure step (no model)
+# ---------------------------------------------------------------------------
+
+
+def clip_logits(logits: np.ndarray, clip: float) -> np.ndarray:
+    """clip_c(z)_i = max(-c, z_i - max_j z_j + c), row-wise (ICLInf Algorithm 1)."""
+    z = np.asarray(logits, dtype=np.float64)
+    if z.ndim == 1:
+        z = z[None, :]
+    return np.maximum(-clip, z - z.max(axis=1, keepdims=True) + clip)
+
+
+def mean_clipped(logits: np.ndarray, clip: float) -> np.ndarray:
+    """l(Z) = (1/s) sum_prompts clip_c(z)."""
+    return clip_logits(logits, clip).mean(axis=0)
+
+
+def step_log_probs(logits: np.ndarray, clip: float, temperature: float) -> np.ndarray:
+    """log softmax(l(Z) / tau): the exact law of the released token."""
+    a = mean_clipped(logits, clip) / temperature
+    return a - logsumexp(a)
+
+
+def sample_token(logits: np.ndarray, clip: float, temperature: float, rng: np.random.Generator,
+                 size: int | None = None) -> Any:
+    """Draw from softmax(l(Z)/tau) by the Gumbel-max trick (``size`` independent draws at once)."""
+    a = mean_clipped(logits, clip) / temperature
+    shape = a.shape if size is None else (int(size), a.size)
+    g = a + rng.gumbel(size=shape)
+    idx = np.argmax(g, axis=-1)
+    return int(idx) if size is None else idx
+
+
+# ---------------------------------------------------------------------------
+# Accounting
+# ---------------------------------------------------------------------------
+
+
+def accountant(clip: float, prompts: int, temperature: float, tokens: int) -> RdpAccountant:
+    acc = RdpAccountant(adjacency=ACCOUNTING_ADJACENCY)
+    return acc.compose(ClipSoftmaxEvent(clip=clip, batch_size=prompts, temperature=temperature, count=tokens))
+
+
+def epsilon_of(clip: float, prompts: int, temperature: float, tokens: int, delta: float) -> float:
+    acc = accountant(clip, prompts, temperature, tokens)
+    if delta <= 0.0:
+        return float(acc.pure_epsilon)
+    return acc.get_epsilon(delta)
+
+
+def calibrate_temperature(epsilon: float, delta: float, clip: float, prompts: int, tokens: int) -> float:
+    """The smallest temperature whose total cost over ``tokens`` steps is <= epsilon."""
+    try:
+        if delta > 0.0:
+            cal = calibrate_clip_softmax(
+                "temperature", epsilon, delta, compositions=tokens, clip=clip, batch_size=prompts,
+                adjacency=ACCOUNTING_ADJACENCY,
+            )
+            return float(cal.value)
+    except PrivacyInputError as exc:
+        raise MechanismParamError(exc.message, param="epsilon") from None
+    # Pure DP (delta = 0): basic composition of the per-token exponential-mechanism epsilon.
+    inv = largest_feasible(lambda x: epsilon_of(clip, prompts, 1.0 / x, tokens, 0.0), epsilon, 1e-12, 1e12)
+    return 1.0 / inv
+
+
+@dataclass(frozen=True)
+class ClipSoftmaxConfig:
+    prompts: int
+    shots_per_prompt: int
+    clip: float
+    temperature: float
+    tokens: int  # compositions charged (max_tokens)
+    calibrated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompts": self.prompts,
+            "shots_per_prompt": self.shots_per_prompt,
+            "clip": self.clip,
+            "temperature": self.temperature,
+            "compositions": self.tokens,
+            "calibrated": self.calibrated,
+            "sensitivity": 2.0 * self.clip / (self.prompts * self.temperature),
+            "sensitivity_basis": "one prompt swapped (privacy module replace-one case)",
+        }
+
+
+def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
+    eps = require_private(req, NAME)
+    p = Params(req.params, PARAMS)
+    s, k = resolve_units(len(req.exemplars), p.count("prompts", None), p.count("shots_per_prompt", None),
+                         DEFAULT_PROMPTS, DEFAULT_SHOTS, "prompts", "shots_per_prompt")
+    c = p.positive("clip", DEFAULT_CLIP)
+    if p.given("temperature"):
+        tau = p.positive("temperature", None)
+        got = epsilon_of(c, s, tau, req.max_tokens, req.delta)
+        if got > eps * (1 + 1e-9):
+            raise MechanismParamError(
+                f"temperature {tau:g} costs epsilon {got:.4g} over {req.max_tokens} tokens > the budget {eps:g}",
+                param="params.temperature",
+            )
+        return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, False)
+    tau = calibrate_temperature(eps, req.delta, c, s, req.max_tokens)
+    return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True)
+
+
+def privacy(cfg: ClipSoftmaxConfig, req: GenerationRequest) -> dict[str, Any]:
+    acc = accountant(cfg.clip, cfg.prompts, cfg.temperature, cfg.tokens)
+    if req.delta > 0.0:
+        cost = acc.privacy_cost(req.delta, NAME, cfg.to_dict())
+        d = cost.to_dict()
+    else:
+        d = acc.privacy_cost(1e-10, NAME, cfg.to_dict()).to_dict()
+        d.update(epsilon=float(acc.pure_epsilon), delta=0.0, alpha=None, method="basic")
+    # The sensitivity basis is the same under either adjacency (module doc); label the caller's.
+    d["adjacency"] = sens.parse_adjacency(req.adjacency).value
+    d["is_private"] = True
+    return d
+
+
+def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
+        *, reencode: bool = False) -> GenerationResult:
+    cfg = configure(req)
+    g = resolve_rng(rng)
+    units = partition(len(req.exemplars), cfg.prompts, cfg.shots_per_prompt, g)
+    prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
+
+    def choose(logits: np.ndarray) -> tuple[int, dict[str, Any]]:
+        tok = sample_token(logits, cfg.clip, cfg.temperature, g)
+        lp = step_log_probs(logits, cfg.clip, cfg.temperature)
+        return tok, {"token": tok, "log_prob": float(lp[tok]), "max_prob": float(np.exp(lp.max()))}
+
+    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode)
+    internals = {
+        "partitions": units,
+        "steps": out.steps,
+        "prefill_seconds": out.prefill_seconds,
+        "step_seconds": out.seconds_per_step,
+    }
+    return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,
+                            len(out.token_ids))

@@ -1,0 +1,178 @@
+"""``poe`` decoding: Private PoEtry token by token (product of experts + exponential mechanism).
+
+Experts: each exemplar (or group of ``group_size`` exemplars, PoEtry Appendix
+B.2) with the query is one prompt. At every step each expert's next-token
+log-probabilities over the full vocabulary are clipped from below,
+a_e(y) = max(log p_e(y), -c) in [-c, 0], summed over experts,
+U(y) = sum_e a_e(y) (the log of the product of experts, PoEtry Eq. 3), and the
+token is drawn with P(y) prop. to exp(lam U(y)) (exponential mechanism). The
+same token is appended to every expert (incremental decoding, KV cache).
+
+Per token the step is exactly the classification ``poe`` mechanism over the
+vocabulary, with its constants (``app.mechanisms.sensitivity``): a neighbour
+changes U by a vector of range <= c when an expert is added or removed whole
+(add/remove, one exemplar per expert, every exemplar an expert) and <= 2c
+otherwise, so lam = eps_tok / c or eps_tok / (2c) makes a token eps_tok-DP.
+
+Composition over ``max_tokens`` tokens: the exponential-mechanism RDP (ICLInf
+Thm C.5) of each token, summed (Thm C.7) and converted at delta, or basic
+composition T eps_tok when that is smaller (``RdpAccountant`` reports the
+smaller). Given a total budget, eps_tok is the largest per-token epsilon whose
+composition fits; with delta = 0 that is eps / T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.special import log_softmax, logsumexp
+
+from app.mechanisms import sensitivity as sens
+from app.mechanisms._cost import cost_dict
+from app.mechanisms.gen_common import (
+    GenerationRequest,
+    GenerationResult,
+    Params,
+    build_prompt,
+    clean_answer,
+    largest_feasible,
+    partition,
+    require_private,
+    resolve_units,
+    stop_strings,
+)
+from app.mechanisms.gen_decode import decode
+from app.mechanisms.rng import resolve_rng
+from app.privacy.accountant import ExponentialMechanismEvent, RdpAccountant
+
+NAME = "poe"
+PARAMS = ("experts", "group_size", "clip", "epsilon_per_token")
+DEFAULT_EXPERTS = 32
+DEFAULT_CLIP = 4.0
+
+
+# ---------------------------------------------------------------------------
+# Pure step
+# ---------------------------------------------------------------------------
+
+
+def clipped_utilities(logits: np.ndarray, clip: float) -> np.ndarray:
+    """U(y) = sum_e max(log p_e(y), -c) from the experts' raw logits (E, V)."""
+    z = np.asarray(logits, dtype=np.float64)
+    if z.ndim == 1:
+        z = z[None, :]
+    return np.maximum(log_softmax(z, axis=1), -clip).sum(axis=0)
+
+
+def step_log_probs(logits: np.ndarray, clip: float, inverse_temperature: float) -> np.ndarray:
+    a = inverse_temperature * clipped_utilities(logits, clip)
+    return a - logsumexp(a)
+
+
+def sample_token(logits: np.ndarray, clip: float, inverse_temperature: float, rng: np.random.Generator,
+                 size: int | None = None) -> Any:
+    """Exponential mechanism by Gumbel-max: argmax lam U(y) + Gumbel(1)."""
+    a = inverse_temperature * clipped_utilities(logits, clip)
+    shape = a.shape if size is None else (int(size), a.size)
+    idx = np.argmax(a + rng.gumbel(size=shape), axis=-1)
+    return int(idx) if size is None else idx
+
+
+# ---------------------------------------------------------------------------
+# Accounting
+# ---------------------------------------------------------------------------
+
+
+def total_epsilon(epsilon_per_token: float, tokens: int, delta: float) -> float:
+    acc = RdpAccountant().compose(ExponentialMechanismEvent(epsilon_per_token), count=tokens)
+    return float(acc.pure_epsilon) if delta <= 0.0 else acc.get_epsilon(delta)
+
+
+def calibrate_per_token(epsilon: float, delta: float, tokens: int) -> float:
+    """Largest eps_tok with total_epsilon(eps_tok, tokens, delta) <= epsilon (>= epsilon / tokens)."""
+    if delta <= 0.0:
+        return epsilon / tokens
+    return largest_feasible(lambda e: total_epsilon(e, tokens, delta), epsilon, epsilon / tokens * 0.999, epsilon)
+
+
+@dataclass(frozen=True)
+class PoEDecodeConfig:
+    experts: int
+    group_size: int
+    clip: float
+    epsilon_per_token: float
+    tokens: int
+    change: sens.UnitChange
+
+    @property
+    def inverse_temperature(self) -> float:
+        return sens.poe_inverse_temperature(self.epsilon_per_token, self.clip, self.change)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experts": self.experts,
+            "group_size": self.group_size,
+            "clip": self.clip,
+            "epsilon_per_token": self.epsilon_per_token,
+            "compositions": self.tokens,
+            "unit_change": self.change.value,
+            "utility_range": sens.poe_utility_range(self.clip, self.change),
+            "inverse_temperature": self.inverse_temperature,
+        }
+
+
+def configure(req: GenerationRequest) -> PoEDecodeConfig:
+    from app.mechanisms.errors import MechanismParamError
+
+    eps = require_private(req, NAME)
+    p = Params(req.params, PARAMS)
+    e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
+                         DEFAULT_EXPERTS, 1, "experts", "group_size")
+    c = p.positive("clip", DEFAULT_CLIP)
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=(e * g == len(req.exemplars)))
+    if p.given("epsilon_per_token"):
+        et = p.positive("epsilon_per_token", None)
+        got = total_epsilon(et, req.max_tokens, req.delta)
+        if got > eps * (1 + 1e-9):
+            raise MechanismParamError(
+                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {req.max_tokens} tokens > the budget {eps:g}",
+                param="params.epsilon_per_token",
+            )
+    else:
+        et = calibrate_per_token(eps, req.delta, req.max_tokens)
+    return PoEDecodeConfig(e, g, c, et, req.max_tokens, change)
+
+
+def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
+    total = total_epsilon(cfg.epsilon_per_token, cfg.tokens, req.delta)
+    basic = cfg.epsilon_per_token * cfg.tokens
+    return cost_dict(
+        ExponentialMechanismEvent(cfg.epsilon_per_token, count=cfg.tokens),
+        epsilon=total,
+        delta=req.delta if total < basic else 0.0,
+        adjacency=sens.parse_adjacency(req.adjacency),
+        mechanism=NAME,
+        params=cfg.to_dict(),
+        method="exponential-rdp" if total < basic else "basic",
+    )
+
+
+def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
+        *, reencode: bool = False) -> GenerationResult:
+    cfg = configure(req)
+    g = resolve_rng(rng)
+    units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)
+    prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
+    lam = cfg.inverse_temperature
+
+    def choose(logits: np.ndarray) -> tuple[int, dict[str, Any]]:
+        tok = sample_token(logits, cfg.clip, lam, g)
+        lp = step_log_probs(logits, cfg.clip, lam)
+        return tok, {"token": tok, "log_prob": float(lp[tok]), "max_prob": float(np.exp(lp.max()))}
+
+    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode)
+    internals = {"experts": units, "steps": out.steps}
+    return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,
+                            len(out.token_ids))
