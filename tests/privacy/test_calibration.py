@@ -142,3 +142,15 @@ def test_vectorised_conversion_is_fast():
     for _ in range(1000):
         convert_rdp(grid, rdp, 1e-5)
     assert (time.perf_counter() - t0) / 1000 < 1e-3
+
+
+def test_iclinf_section5_setting_optimal_order():
+    # ICLInf Section 5.2 (s = 50, c = 10, 50 sequences x 40 tokens, orders 2..99): "for larger privacy
+    # budgets the RDP optimizer settles at the minimal order (alpha = 2)"; small budgets use larger orders.
+    big = calibrate_clip_softmax("temperature", 100.0, 1e-5, compositions=50 * 40, clip=10.0, batch_size=50, orders=GRID)
+    small = calibrate_clip_softmax("temperature", 1.0, 1e-5, compositions=50 * 40, clip=10.0, batch_size=50, orders=GRID)
+    assert big.alpha == 2.0 and small.alpha > 2.0
+    # and different deltas move the optimal order (the "stage-like patterns" of ICLInf Figure 6)
+    alphas = {calibrate_clip_softmax("temperature", 4.0, d, compositions=2000, clip=10.0, batch_size=50,
+                                     orders=GRID).alpha for d in (1e-3, 1e-5, 1e-8)}
+    assert len(alphas) == 3
