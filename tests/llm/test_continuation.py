@@ -24,10 +24,11 @@ def test_labels_are_multi_token(lm):
 
 def test_equals_hand_written_computation(lm, header_prompts):
     prompts = header_prompts[:2] + ["The capital of France is"]
+    labels = [" World", " Technology", " Sci/Tech", " science and technology"]
     with prefix_reuse(lm, True):
-        got = lm.continuation_logprobs(prompts, LABELS)
-    assert got.shape == (3, len(LABELS)) and got.dtype == np.float64
-    want = np.array([[hand_written_score(lm, p, c) for c in LABELS] for p in prompts])
+        got = lm.continuation_logprobs(prompts, labels)
+    assert got.shape == (3, len(labels)) and got.dtype == np.float64
+    want = np.array([[hand_written_score(lm, p, c) for c in labels] for p in prompts])
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-4)  # sums of up to 4 float32 terms
 
 

@@ -63,17 +63,41 @@ def test_cache_folder_is_a_plain_transformers_folder(lm):
     assert not list(folder.parent.glob(".smollm2-135m-instruct.tmp-*")), "no half-written cache left behind"
 
 
-def test_cached_copy_reproduces_the_gguf_model(lm):
-    """Loads the GGUF itself (about 20 s): the safetensors copy must give the same logits."""
-    from transformers import AutoModelForCausalLM
+def test_cached_copy_holds_the_gguf_weights(lm):
+    """Weight by weight against the GGUF file itself (read with the gguf package, no transformers)."""
+    import gguf
 
-    gguf = locate(get_bundled("bundled:smollm2-135m-instruct"))
-    original = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    a = _logits(original.eval(), lm.tokenizer)
-    b = _logits(lm.model, lm.tokenizer)
-    assert float((a - b).abs().max()) <= 1e-5
-    # tied embeddings survived the round trip
-    assert lm.model.get_output_embeddings().weight.data_ptr() == lm.model.get_input_embeddings().weight.data_ptr()
+    path = locate(get_bundled("bundled:smollm2-135m-instruct"))
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    assert "output.weight" not in tensors  # the GGUF ties the LM head to the token embeddings
+
+    def deq(name):
+        t = tensors[name]
+        return torch.from_numpy(np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
+
+    m = lm.model
+    emb = deq("token_embd.weight")
+    assert torch.equal(m.get_input_embeddings().weight, emb)
+    assert torch.equal(m.get_output_embeddings().weight, emb)  # tied in the saved copy too
+    assert m.get_output_embeddings().weight.data_ptr() == m.get_input_embeddings().weight.data_ptr()
+    assert torch.equal(m.model.layers[0].mlp.down_proj.weight, deq("blk.0.ffn_down.weight"))
+    assert torch.equal(m.model.layers[29].mlp.gate_proj.weight, deq("blk.29.ffn_gate.weight"))
+    assert torch.equal(m.model.norm.weight, deq("output_norm.weight"))
+
+
+def test_conversion_check_rejects_a_copy_with_other_logits(lm):
+    """The converter compares the saved copy's logits with the GGUF model's before publishing it."""
+    folder = model_cache_dir() / "smollm2-135m-instruct"
+    cache_mod._verify_copy(lm.model, lm.tokenizer, folder)  # the real copy passes
+
+    class Shifted(torch.nn.Module):
+        def forward(self, input_ids):
+            out = lm.model(input_ids=input_ids)
+            out.logits = out.logits + 1e-3
+            return out
+
+    with pytest.raises(ModelLoadError, match="does not reproduce"):
+        cache_mod._verify_copy(Shifted(), lm.tokenizer, folder)
 
 
 def test_local_folder_source_loads_without_code_changes(lm, tmp_path):
