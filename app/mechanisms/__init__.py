@@ -22,13 +22,13 @@ from app.mechanisms.rng import resolve_rng, secure_rng
 from app.mechanisms.rnm import RNM, RNMParams
 from app.mechanisms.sensitivity import UnitChange
 
-try:  # the baselines wrap app.icl.baselines
-    from app.mechanisms.baselines import ICL, ZeroShot, BaselineParams  # noqa: F401
-except ImportError:  # pragma: no cover - app.icl not installed yet
-    pass
+from app.mechanisms.baselines import ICL, BaselineParams, ZeroShot
 
 __all__ = [
+    "BaselineParams",
     "ClassificationResult",
+    "ICL",
+    "ZeroShot",
     "DEFAULT_CLIP",
     "Mechanism",
     "MechanismParamError",

@@ -44,7 +44,7 @@ class ClassificationResult:
     distribution: dict[str, float] | None = None
 
     def privacy_cost(self) -> PrivacyCost:
-        return PrivacyCost.from_dict({k: v for k, v in self.privacy.items() if k != "is_private"})
+        return PrivacyCost.from_dict(self.privacy)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,7 +74,8 @@ def _jsonable(x: Any) -> Any:
 
 def non_private_cost(mechanism: str, params: Mapping[str, Any]) -> dict[str, Any]:
     d = PrivacyCost(math.inf, 0.0, "add-remove", mechanism, dict(params)).to_dict()
-    d["is_private"] = False
+    d["is_private"] = False  # epsilon None: no guarantee
+    d["reads_exemplars"] = True
     return d
 
 

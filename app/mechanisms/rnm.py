@@ -68,7 +68,6 @@ class RNMParams(MechanismParams):
     calibration: str = "analytic"
     partitions: int | None = None
     shots_per_partition: int = 1
-    poisson: bool = False
     calibrate: bool = False
     exact_distribution: bool = False
 
@@ -81,11 +80,9 @@ class RNMParams(MechanismParams):
         s(self, "calibration", check_choice(self.calibration, "calibration", CALIBRATIONS))
         s(self, "partitions", check_int(self.partitions, "partitions", optional=True))
         s(self, "shots_per_partition", check_int(self.shots_per_partition, "shots_per_partition"))
-        for name in ("poisson", "calibrate", "exact_distribution"):
+        for name in ("calibrate", "exact_distribution"):
             if not isinstance(getattr(self, name), bool):
                 raise MechanismParamError("must be true or false", param=name)
-        if self.poisson and self.partitions is None:
-            raise MechanismParamError("Poisson partitioning needs an explicit number of partitions", param="partitions")
 
 
 @dataclass(frozen=True)
@@ -123,8 +120,6 @@ def resolve_partitions(p: RNMParams, n: int) -> int:
     """T for n exemplars; raises naming ``partitions`` when T x shots exceeds n."""
     if n < 1:
         raise MechanismParamError("at least one exemplar is needed", param="exemplars")
-    if p.poisson:
-        return int(p.partitions)  # every exemplar goes to one random partition
     t = p.partitions if p.partitions is not None else n // p.shots_per_partition
     if t < 1:
         raise MechanismParamError(
@@ -144,7 +139,7 @@ def plan_noise(p: RNMParams, n: int) -> NoisePlan:
     change = sens.unit_change(
         p.adjacency,
         exemplars_per_unit=p.shots_per_partition,
-        uses_every_exemplar=(p.partitions is None and not p.poisson),
+        uses_every_exemplar=p.partitions is None,
     )
     l2 = sens.vote_l2_sensitivity(change)
     if p.noise == "gaussian":
@@ -260,7 +255,7 @@ class RNM(Mechanism):
         q = check_query(query)
         t = resolve_partitions(p, len(ex))
         g = resolve_rng(rng)
-        units = _icl.partition(len(ex), t, p.shots_per_partition, g, poisson=p.poisson)
+        units = _icl.partition(len(ex), t, p.shots_per_partition, g)
         probs = _icl.unit_label_probs(lm, ex, units, q, labs, template, calibrate=p.calibrate)
         return self.release(probs, labs, p, len(ex), g, partitions=units)
 
