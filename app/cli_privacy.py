@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -20,7 +21,7 @@ privacy_app = typer.Typer(
 )
 
 
-def _float(value: Optional[str], name: str) -> Optional[float]:
+def _float(value: str | None, name: str) -> float | None:
     if value is None:
         return None
     try:
@@ -29,7 +30,7 @@ def _float(value: Optional[str], name: str) -> Optional[float]:
         raise PrivacyInputError(f"not a number: {value!r}", param=name) from None
 
 
-def _int(value: Optional[str], name: str) -> Optional[int]:
+def _int(value: str | None, name: str) -> int | None:
     if value is None:
         return None
     try:
@@ -44,7 +45,7 @@ def _int(value: Optional[str], name: str) -> Optional[int]:
         return int(f)
 
 
-def _floats(value: Optional[str], name: str) -> Optional[list[float]]:
+def _floats(value: str | None, name: str) -> list[float] | None:
     if value is None:
         return None
     parts = [p.strip() for p in value.split(",")]
@@ -104,21 +105,21 @@ def _run(command: str, options: set[str], fn: Callable[[], dict[str, Any]], as_j
 
 @privacy_app.command()
 def calibrate(
-    mechanism: Optional[str] = typer.Option(None, "--mechanism", help="clip-softmax | gaussian"),
-    solve_for: Optional[str] = typer.Option(None, "--solve-for", help="temperature | clip | batch-size (clip-softmax); sigma (gaussian)"),
-    target_epsilon: Optional[str] = typer.Option(None, "--target-epsilon", metavar="FLOAT", help="target epsilon (> 0)"),
-    delta: Optional[str] = typer.Option(None, "--delta", metavar="FLOAT", help="delta in (0, 1)"),
-    temperature: Optional[str] = typer.Option(None, "--temperature", metavar="FLOAT", help="softmax temperature tau"),
-    clip: Optional[str] = typer.Option(None, "--clip", metavar="FLOAT", help="logit clip bound c"),
-    batch_size: Optional[str] = typer.Option(None, "--batch-size", metavar="INT", help="prompts per batch s"),
-    compositions: Optional[str] = typer.Option(None, "--compositions", metavar="INT", help="releases composed (sequences x tokens)"),
-    sensitivity: Optional[str] = typer.Option(None, "--sensitivity", metavar="FLOAT", help="L2 sensitivity (gaussian; default 1)"),
-    orders: Optional[str] = typer.Option(None, "--orders", help="Renyi orders: '2-99' or '2,3,4.5' (default: dp-accounting's grid)"),
+    mechanism: str | None = typer.Option(None, "--mechanism", help="clip-softmax | gaussian"),
+    solve_for: str | None = typer.Option(None, "--solve-for", help="temperature | clip | batch-size (clip-softmax); sigma (gaussian)"),
+    target_epsilon: str | None = typer.Option(None, "--target-epsilon", metavar="FLOAT", help="target epsilon (> 0)"),
+    delta: str | None = typer.Option(None, "--delta", metavar="FLOAT", help="delta in (0, 1)"),
+    temperature: str | None = typer.Option(None, "--temperature", metavar="FLOAT", help="softmax temperature tau"),
+    clip: str | None = typer.Option(None, "--clip", metavar="FLOAT", help="logit clip bound c"),
+    batch_size: str | None = typer.Option(None, "--batch-size", metavar="INT", help="prompts per batch s"),
+    compositions: str | None = typer.Option(None, "--compositions", metavar="INT", help="releases composed (sequences x tokens)"),
+    sensitivity: str | None = typer.Option(None, "--sensitivity", metavar="FLOAT", help="L2 sensitivity (gaussian; default 1)"),
+    orders: str | None = typer.Option(None, "--orders", help="Renyi orders: '2-99' or '2,3,4.5' (default: dp-accounting's grid)"),
     adjacency: str = typer.Option("add-remove", "--adjacency", help="add-remove | replace-one"),
-    method: Optional[str] = typer.Option(None, "--method", help="gaussian: analytic (default) | rdp | classical"),
+    method: str | None = typer.Option(None, "--method", help="gaussian: analytic (default) | rdp | classical"),
     conversion: str = typer.Option("best", "--conversion", help="RDP -> DP: best | bbghs | mironov"),
-    lower: Optional[str] = typer.Option(None, "--lower", metavar="FLOAT", help="search lower bound for the solved parameter"),
-    upper: Optional[str] = typer.Option(None, "--upper", metavar="FLOAT", help="search upper bound for the solved parameter"),
+    lower: str | None = typer.Option(None, "--lower", metavar="FLOAT", help="search lower bound for the solved parameter"),
+    upper: str | None = typer.Option(None, "--upper", metavar="FLOAT", help="search upper bound for the solved parameter"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/calibrate)"),
 ) -> None:
     """Solve a mechanism parameter so that epsilon at delta is at most the target."""
@@ -153,19 +154,19 @@ def calibrate(
 
 @privacy_app.command()
 def convert(
-    rdp: Optional[str] = typer.Option(None, "--rdp", help="RDP curve, comma-separated, one value per order"),
-    orders: Optional[str] = typer.Option(None, "--orders", help="Renyi orders: '2-99' or '2,3,4.5'"),
-    rho: Optional[str] = typer.Option(None, "--rho", metavar="FLOAT", help="zCDP rho"),
-    pure_epsilon: Optional[str] = typer.Option(None, "--pure-epsilon", metavar="FLOAT", help="pure-DP epsilon"),
-    mu: Optional[str] = typer.Option(None, "--mu", metavar="FLOAT", help="GDP mu"),
-    sigma: Optional[str] = typer.Option(None, "--sigma", metavar="FLOAT", help="Gaussian noise sigma"),
-    sensitivity: Optional[str] = typer.Option(None, "--sensitivity", metavar="FLOAT", help="L2 sensitivity with --sigma (default 1)"),
+    rdp: str | None = typer.Option(None, "--rdp", help="RDP curve, comma-separated, one value per order"),
+    orders: str | None = typer.Option(None, "--orders", help="Renyi orders: '2-99' or '2,3,4.5'"),
+    rho: str | None = typer.Option(None, "--rho", metavar="FLOAT", help="zCDP rho"),
+    pure_epsilon: str | None = typer.Option(None, "--pure-epsilon", metavar="FLOAT", help="pure-DP epsilon"),
+    mu: str | None = typer.Option(None, "--mu", metavar="FLOAT", help="GDP mu"),
+    sigma: str | None = typer.Option(None, "--sigma", metavar="FLOAT", help="Gaussian noise sigma"),
+    sensitivity: str | None = typer.Option(None, "--sensitivity", metavar="FLOAT", help="L2 sensitivity with --sigma (default 1)"),
     count: str = typer.Option("1", "--count", metavar="INT", help="number of compositions of the source"),
-    delta: Optional[str] = typer.Option(None, "--delta", metavar="FLOAT", help="delta -> epsilon"),
-    epsilon: Optional[str] = typer.Option(None, "--epsilon", metavar="FLOAT", help="epsilon -> delta"),
-    to: Optional[str] = typer.Option(None, "--to", help="epsilon | delta | mu | rho (mu, rho: from --epsilon and --delta)"),
+    delta: str | None = typer.Option(None, "--delta", metavar="FLOAT", help="delta -> epsilon"),
+    epsilon: str | None = typer.Option(None, "--epsilon", metavar="FLOAT", help="epsilon -> delta"),
+    to: str | None = typer.Option(None, "--to", help="epsilon | delta | mu | rho (mu, rho: from --epsilon and --delta)"),
     adjacency: str = typer.Option("add-remove", "--adjacency", help="adjacency of the source guarantee"),
-    to_adjacency: Optional[str] = typer.Option(None, "--to-adjacency", help="translate to this adjacency"),
+    to_adjacency: str | None = typer.Option(None, "--to-adjacency", help="translate to this adjacency"),
     conversion: str = typer.Option("best", "--conversion", help="RDP -> DP: best | bbghs | mironov"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/convert)"),
 ) -> None:
@@ -198,13 +199,13 @@ def convert(
 
 @privacy_app.command()
 def empirical(
-    tp: Optional[str] = typer.Option(None, "--tp", metavar="INT", help="true positives (canary in, guessed in)"),
-    fn: Optional[str] = typer.Option(None, "--fn", metavar="INT", help="false negatives"),
-    fp: Optional[str] = typer.Option(None, "--fp", metavar="INT", help="false positives (canary out, guessed in)"),
-    tn: Optional[str] = typer.Option(None, "--tn", metavar="INT", help="true negatives"),
-    trials: Optional[str] = typer.Option(None, "--trials", metavar="INT", help="number of trials (checked against the counts)"),
-    accuracy: Optional[str] = typer.Option(None, "--accuracy", metavar="FLOAT", help="auditing accuracy in [0, 1] (with --trials)"),
-    correct: Optional[str] = typer.Option(None, "--correct", metavar="INT", help="correct guesses (instead of --accuracy)"),
+    tp: str | None = typer.Option(None, "--tp", metavar="INT", help="true positives (canary in, guessed in)"),
+    fn: str | None = typer.Option(None, "--fn", metavar="INT", help="false negatives"),
+    fp: str | None = typer.Option(None, "--fp", metavar="INT", help="false positives (canary out, guessed in)"),
+    tn: str | None = typer.Option(None, "--tn", metavar="INT", help="true negatives"),
+    trials: str | None = typer.Option(None, "--trials", metavar="INT", help="number of trials (checked against the counts)"),
+    accuracy: str | None = typer.Option(None, "--accuracy", metavar="FLOAT", help="auditing accuracy in [0, 1] (with --trials)"),
+    correct: str | None = typer.Option(None, "--correct", metavar="INT", help="correct guesses (instead of --accuracy)"),
     confidence: str = typer.Option("0.95", "--confidence", metavar="FLOAT", help="confidence level in (0, 1)"),
     delta: str = typer.Option("0", "--delta", metavar="FLOAT", help="delta in [0, 1)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/empirical)"),

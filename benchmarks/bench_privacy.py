@@ -16,14 +16,14 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from app.privacy import (  # noqa: E402
+from app.privacy import (
     calibrate_clip_softmax,
     calibrate_gaussian,
     clip_softmax_rdp,

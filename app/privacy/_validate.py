@@ -63,9 +63,8 @@ def probability_open(x: Any, param: str) -> float:
 def count(x: Any, param: str, *, minimum: int = 0) -> int:
     if isinstance(x, bool):
         raise PrivacyInputError(f"must be an integer, got {x!r}", param=param)
-    if isinstance(x, (float, np.floating)):
-        if not math.isfinite(x) or x != int(x):
-            raise PrivacyInputError(f"must be an integer, got {x!r}", param=param)
+    if isinstance(x, (float, np.floating)) and (not math.isfinite(x) or x != int(x)):
+        raise PrivacyInputError(f"must be an integer, got {x!r}", param=param)
     try:
         i = int(x)
     except (TypeError, ValueError, OverflowError):

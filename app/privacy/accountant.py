@@ -16,8 +16,9 @@ over few steps RDP can lose to it (eps = 1 ten times: 10.0004 by RDP vs 10).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -252,7 +253,7 @@ class PrivacyCost:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PrivacyCost":
+    def from_dict(cls, d: Mapping[str, Any]) -> PrivacyCost:
         eps = d.get("epsilon")
         rdp = d.get("rdp")
         return cls(
@@ -311,7 +312,7 @@ class RdpAccountant:
         self._rho_total: float | None = 0.0
 
     # -- composition -------------------------------------------------------
-    def compose(self, event: DpEvent, count: int = 1) -> "RdpAccountant":
+    def compose(self, event: DpEvent, count: int = 1) -> RdpAccountant:
         if not isinstance(event, DpEvent):
             raise PrivacyInputError(f"not a DpEvent: {type(event).__name__}", param="event")
         k = v.count(count, "count", minimum=1)

@@ -27,7 +27,7 @@ class Adjacency(str, enum.Enum):
     REPLACE_ONE = "replace-one"  # bounded
 
     @classmethod
-    def parse(cls, value: "Adjacency | str", param: str = "adjacency") -> "Adjacency":
+    def parse(cls, value: Adjacency | str, param: str = "adjacency") -> Adjacency:
         if isinstance(value, Adjacency):
             return value
         key = str(value).strip().lower().replace("_", "-")

@@ -15,14 +15,19 @@ over the order grid), using the smaller of the BBGHS and Mironov conversions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from app.privacy import _validate as v
 from app.privacy.adjacency import Adjacency
 from app.privacy.clip_softmax import _rdp_per_token, _sensitivity
 from app.privacy.errors import PrivacyInputError
-from app.privacy.gaussian import gaussian_epsilon, gaussian_sigma_analytic, gaussian_sigma_classical
+from app.privacy.gaussian import (
+    gaussian_epsilon,
+    gaussian_sigma_analytic,
+    gaussian_sigma_classical,
+)
 from app.privacy.rdp import convert_rdp, parse_orders
 
 _LO, _HI = 1e-12, 1e15  # default search range for continuous parameters
@@ -75,7 +80,7 @@ def _solve_continuous(
     increasing=False: epsilon falls with p, answer = smallest feasible p.
     Returns (p, eps_of(p), iterations); eps_of(p)[0] <= target always.
     """
-    feasible = lambda r: r[0] <= target  # noqa: E731
+    feasible = lambda r: r[0] <= target
     safe_end, other_end = (lo, hi) if increasing else (hi, lo)
     r_safe = eps_of(safe_end)
     if not feasible(r_safe):

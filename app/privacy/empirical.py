@@ -144,7 +144,7 @@ def gdp_mu_from_rates(tpr: float, fpr: float) -> float:
 def gdp_mu_lower_bound(tp: int, fn: int, fp: int, tn: int, confidence: float = 0.95) -> float:
     """mu_lower = Phi^-1(1 - beta_hi) - Phi^-1(alpha_hi), alpha_hi / beta_hi the upper
     Clopper-Pearson bounds on FPR / FNR (tight-auditing paper, Section 2)."""
-    tpr_lo, fpr_hi, _, fnr_hi = rate_bounds(tp, fn, fp, tn, confidence)
+    _, fpr_hi, _, fnr_hi = rate_bounds(tp, fn, fp, tn, confidence)
     return gdp_mu_from_rates(1.0 - fnr_hi, fpr_hi)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ _MAX_ORDERS = 100_000
 _RANGE = re.compile(r"^\s*([0-9]+)\s*-\s*([0-9]+)\s*$")
 
 
-def _expand_orders(spec: "str | Sequence[float] | np.ndarray", param: str) -> np.ndarray:
+def _expand_orders(spec: str | Sequence[float] | np.ndarray, param: str) -> np.ndarray:
     """Expand a grid spec into orders in the given sequence, each checked finite and > 1."""
     values: list[float] = []
     if isinstance(spec, str):
@@ -70,7 +70,7 @@ def _expand_orders(spec: "str | Sequence[float] | np.ndarray", param: str) -> np
     return arr
 
 
-def parse_orders(spec: "str | Sequence[float] | np.ndarray | None", param: str = "orders") -> np.ndarray:
+def parse_orders(spec: str | Sequence[float] | np.ndarray | None, param: str = "orders") -> np.ndarray:
     """Parse an order grid: ``None`` (default grid), ``"2-99"`` (integers, inclusive),
     ``"2,3,4.5"``, a mix ``"2-10,12.5,20-30"``, or a sequence of numbers.
 
@@ -143,8 +143,9 @@ def rdp_exponential_mechanism(orders: np.ndarray, epsilon: float) -> np.ndarray:
 
 def rdp_pure_dp(orders: np.ndarray, epsilon: float) -> np.ndarray:
     """Pure eps-DP => RDP at every order: min(eps, alpha eps^2/2, sinh form)
-    (Mironov 2017 Prop. 1 gives eps; Bun & Steinke 2016 Prop. 3.3 gives the sinh form
-    and alpha eps^2 / 2; ICLInf Thm C.5 states the same bound for the exponential mechanism)."""
+    (eps = D_infinity bounds every D_alpha, which is non-decreasing in alpha; Bun & Steinke 2016
+    Prop. 3.3 and its proof give alpha eps^2 / 2 and the sinh form; ICLInf Thm C.5 states the same
+    bound for the exponential mechanism)."""
     e = v.nonnegative(epsilon, "epsilon")
     return np.minimum(rdp_exponential_mechanism(orders, e), e)
 
@@ -182,7 +183,7 @@ def rdp_on_grid(
 
 
 def check_rdp_curve(
-    orders: "str | Sequence[float] | np.ndarray", rdp: "Sequence[float] | np.ndarray"
+    orders: str | Sequence[float] | np.ndarray, rdp: Sequence[float] | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Validate a caller's (orders, rdp) pair: one value per order, orders > 1 and distinct,
     rdp >= 0 (+inf allowed: no guarantee at that order). Returns both sorted by order."""
@@ -264,8 +265,8 @@ def convert_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float, method: str =
 
 
 def rdp_to_epsilon(
-    orders: "Sequence[float] | np.ndarray",
-    rdp: "Sequence[float] | np.ndarray",
+    orders: Sequence[float] | np.ndarray,
+    rdp: Sequence[float] | np.ndarray,
     delta: float,
     method: str = "best",
 ) -> tuple[float, float]:
@@ -279,7 +280,7 @@ def rdp_to_epsilon(
 
 
 def rdp_to_delta(
-    orders: "Sequence[float] | np.ndarray", rdp: "Sequence[float] | np.ndarray", epsilon: float
+    orders: Sequence[float] | np.ndarray, rdp: Sequence[float] | np.ndarray, epsilon: float
 ) -> tuple[float, float]:
     """(delta, alpha): the smallest delta over the grid at a given epsilon.
 

@@ -6,13 +6,23 @@ keys on both sides. Bad input raises PrivacyInputError naming the field.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from app.privacy import _validate as v
-from app.privacy.adjacency import Adjacency, translate_gdp, translate_pure_dp, translate_zcdp
-from app.privacy.calibration import _solve_continuous, calibrate_clip_softmax, calibrate_gaussian
+from app.privacy.adjacency import (
+    Adjacency,
+    translate_gdp,
+    translate_pure_dp,
+    translate_zcdp,
+)
+from app.privacy.calibration import (
+    _solve_continuous,
+    calibrate_clip_softmax,
+    calibrate_gaussian,
+)
 from app.privacy.empirical import (
     GDP_CAVEAT,
     THRESHOLD_CAVEAT,
@@ -393,8 +403,10 @@ def empirical(
             "gdp_mu_lower": b.gdp_mu_lower, "epsilon_gdp": b.epsilon_gdp,
             "rigorous": {"epsilon": True, "epsilon_point": False, "gdp_mu_lower": True, "epsilon_gdp": False},
             "notes": [
-                "epsilon is a lower bound at the confidence level (two-sided Clopper-Pearson per rate, "
-                "joint coverage >= confidence)",
+                (
+                    "epsilon is a lower bound at the confidence level (two-sided Clopper-Pearson per rate, "
+                    "joint coverage >= confidence)"
+                ),
                 THRESHOLD_CAVEAT,
                 "gdp_mu_lower bounds the mechanism's GDP mu only if it is mu-GDP for some mu",
                 GDP_CAVEAT,
@@ -416,7 +428,7 @@ def empirical(
         if not 0.0 <= a <= 1.0:
             raise PrivacyInputError(f"must lie in [0, 1], got {a:g}", param="accuracy")
         exact = a * n
-        k = int(math.floor(exact + 1e-9))
+        k = math.floor(exact + 1e-9)
         if abs(exact - round(exact)) > 1e-6:
             warnings.append(
                 f"accuracy x trials = {exact:.4f} is not a whole number; rounded down to {k} correct (the safe side)"
@@ -430,8 +442,10 @@ def empirical(
         "epsilon": b2.epsilon, "epsilon_point": b2.epsilon_point,
         "rigorous": {"epsilon": True, "epsilon_point": False},
         "notes": [
-            "epsilon = log((a_lo - delta)/(1 - a_lo)) at the one-sided Clopper-Pearson lower bound a_lo "
-            "(ContextLeak Appendix C.3); valid for canaries inserted with probability 1/2 in independent trials",
+            (
+                "epsilon = log((a_lo - delta)/(1 - a_lo)) at the one-sided Clopper-Pearson lower bound a_lo "
+                "(ContextLeak Appendix C.3); valid for canaries inserted with probability 1/2 in independent trials"
+            ),
             THRESHOLD_CAVEAT,
         ],
         "warnings": warnings,

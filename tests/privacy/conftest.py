@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 dpa = pytest.importorskip("dp_accounting")
-from dp_accounting.rdp import rdp_privacy_accountant as dpa_rdp  # noqa: E402
+from dp_accounting.rdp import rdp_privacy_accountant as dpa_rdp
 
 DPA_ORDERS = np.array(dpa_rdp.DEFAULT_RDP_ORDERS, dtype=float)
 

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 import pytest
-from dp_accounting import ComposedDpEvent, GaussianDpEvent, SelfComposedDpEvent, ZCDpEvent as DpaZCDp
+from dp_accounting import ComposedDpEvent, GaussianDpEvent, SelfComposedDpEvent
+from dp_accounting import ZCDpEvent as DpaZCDp
 from dp_accounting.rdp import rdp_privacy_accountant as dpa_rdp
 
 from app.privacy import (

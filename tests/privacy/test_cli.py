@@ -12,7 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli_privacy import privacy_app
-from app.privacy import calibrate_clip_softmax, epsilon_lower_bound, gdp_epsilon, service
+from app.privacy import (
+    calibrate_clip_softmax,
+    epsilon_lower_bound,
+    gdp_epsilon,
+    service,
+)
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

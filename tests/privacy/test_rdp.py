@@ -7,7 +7,12 @@ import math
 import mpmath
 import numpy as np
 import pytest
-from dp_accounting import GaussianDpEvent, NeighboringRelation, RandomizedResponseDpEvent, ZCDpEvent
+from dp_accounting import (
+    GaussianDpEvent,
+    NeighboringRelation,
+    RandomizedResponseDpEvent,
+    ZCDpEvent,
+)
 from dp_accounting.rdp import rdp_privacy_accountant as dpa_rdp
 
 from app.privacy import (

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal, Optional, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +20,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
-Orders = Union[str, list[Finite]]
+Orders = str | list[Finite]
 AdjacencyName = Literal["add-remove", "replace-one", "unbounded", "bounded"]
 Conversion = Literal["best", "bbghs", "mironov"]
 
@@ -33,48 +34,48 @@ class CalibrateRequest(_Body):
     solve_for: Literal["temperature", "clip", "batch-size", "batch_size", "sigma"]
     target_epsilon: PositiveFloat
     delta: Delta
-    compositions: Optional[Annotated[int, Field(ge=1)]] = Field(
+    compositions: Annotated[int, Field(ge=1)] | None = Field(
         None, description="releases composed: sequences x tokens (required for clip-softmax)"
     )
-    temperature: Optional[PositiveFloat] = None
-    clip: Optional[PositiveFloat] = None
-    batch_size: Optional[Annotated[int, Field(ge=1)]] = None
-    sensitivity: Optional[PositiveFloat] = Field(None, description="L2 sensitivity (gaussian; default 1)")
-    orders: Optional[Orders] = Field(None, description="'2-99', '2,3,4.5' or a list; default dp-accounting's grid")
+    temperature: PositiveFloat | None = None
+    clip: PositiveFloat | None = None
+    batch_size: Annotated[int, Field(ge=1)] | None = None
+    sensitivity: PositiveFloat | None = Field(None, description="L2 sensitivity (gaussian; default 1)")
+    orders: Orders | None = Field(None, description="'2-99', '2,3,4.5' or a list; default dp-accounting's grid")
     adjacency: AdjacencyName = "add-remove"
-    method: Optional[Literal["analytic", "rdp", "classical"]] = Field(None, description="gaussian only")
+    method: Literal["analytic", "rdp", "classical"] | None = Field(None, description="gaussian only")
     conversion: Conversion = "best"
-    lower: Optional[PositiveFloat] = Field(None, description="search lower bound for the solved parameter")
-    upper: Optional[PositiveFloat] = Field(None, description="search upper bound for the solved parameter")
+    lower: PositiveFloat | None = Field(None, description="search lower bound for the solved parameter")
+    upper: PositiveFloat | None = Field(None, description="search upper bound for the solved parameter")
 
 
 class ConvertRequest(_Body):
-    rdp: Optional[list[Annotated[float, Field(ge=0)]]] = Field(
+    rdp: list[Annotated[float, Field(ge=0)]] | None = Field(
         None, description="RDP curve, one value per order (may be +inf only via the library)"
     )
-    orders: Optional[Orders] = None
-    rho: Optional[NonNegFloat] = None
-    pure_epsilon: Optional[NonNegFloat] = None
-    mu: Optional[NonNegFloat] = None
-    sigma: Optional[PositiveFloat] = None
-    sensitivity: Optional[PositiveFloat] = None
+    orders: Orders | None = None
+    rho: NonNegFloat | None = None
+    pure_epsilon: NonNegFloat | None = None
+    mu: NonNegFloat | None = None
+    sigma: PositiveFloat | None = None
+    sensitivity: PositiveFloat | None = None
     count: Annotated[int, Field(ge=1)] = 1
-    delta: Optional[Delta] = None
-    epsilon: Optional[NonNegFloat] = None
-    to: Optional[Literal["epsilon", "delta", "mu", "rho"]] = None
+    delta: Delta | None = None
+    epsilon: NonNegFloat | None = None
+    to: Literal["epsilon", "delta", "mu", "rho"] | None = None
     adjacency: AdjacencyName = "add-remove"
-    to_adjacency: Optional[AdjacencyName] = None
+    to_adjacency: AdjacencyName | None = None
     conversion: Conversion = "best"
 
 
 class EmpiricalRequest(_Body):
-    tp: Optional[Annotated[int, Field(ge=0)]] = None
-    fn: Optional[Annotated[int, Field(ge=0)]] = None
-    fp: Optional[Annotated[int, Field(ge=0)]] = None
-    tn: Optional[Annotated[int, Field(ge=0)]] = None
-    trials: Optional[Annotated[int, Field(ge=1)]] = None
-    accuracy: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = None
-    correct: Optional[Annotated[int, Field(ge=0)]] = None
+    tp: Annotated[int, Field(ge=0)] | None = None
+    fn: Annotated[int, Field(ge=0)] | None = None
+    fp: Annotated[int, Field(ge=0)] | None = None
+    tn: Annotated[int, Field(ge=0)] | None = None
+    trials: Annotated[int, Field(ge=1)] | None = None
+    accuracy: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    correct: Annotated[int, Field(ge=0)] | None = None
     confidence: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.95
     delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
 
