@@ -41,7 +41,12 @@ def timeit(fn: Callable[[], object], repeat: int) -> dict[str, float]:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return {"median_ms": statistics.median(times) * 1e3, "max_ms": max(times) * 1e3, "repeat": repeat}
+    return {
+        "median_ms": statistics.median(times) * 1e3,
+        "min_ms": min(times) * 1e3,
+        "max_ms": max(times) * 1e3,
+        "repeat": repeat,
+    }
 
 
 def naive_algorithm2(orders, rdp, delta) -> float:
@@ -98,10 +103,10 @@ def main() -> None:
     if args.json:
         print(json.dumps({"meta": meta, "results": rows}, indent=2))
         return
-    print(f"python {meta['python']}, numpy {meta['numpy']}, {meta['machine']}; {n} repeats, median / max")
+    print(f"python {meta['python']}, numpy {meta['numpy']}, {meta['machine']}; {n} repeats, median / min / max")
     width = max(len(r["case"]) for r in rows)
     for r in rows:
-        print(f"{r['case']:<{width}}  {r['median_ms']:8.3f} ms  {r['max_ms']:8.3f} ms  {r['note']}")
+        print(f"{r['case']:<{width}}  {r['median_ms']:8.3f} ms  {r['min_ms']:8.3f} ms  {r['max_ms']:8.3f} ms  {r['note']}")
 
 
 if __name__ == "__main__":
