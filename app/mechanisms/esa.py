@@ -18,9 +18,13 @@ exemplar sits in one partition, so neighbouring sets change one clipped embeddin
     || m - m' || = (1/T) || v_t - v'_t || <= 2R/T
 (replace-one; also add/remove whenever partitions hold several exemplars, since the
 partition's answer changes arbitrarily). Only when every exemplar is its own
-partition and all are used does add/remove add or drop a whole member; the sum then
-moves by one vector of norm <= R, i.e. R/T on the mean scale
-(``app.mechanisms.sensitivity.UnitChange``).
+partition and all are used does add/remove add or drop a whole member
+(``app.mechanisms.sensitivity.UnitChange.ADD_UNIT``): then T = n differs between
+neighbours, and what is private is the noisy *sum* T m~ = sum_t clip_R(e_t) +
+N(0, (T sigma)^2 I), whose sensitivity is R and whose noise T sigma (calibrated to
+R/T on the mean scale) does not depend on T; the release depends on m~ only through
+its direction (nearest unit-norm candidate = highest cosine), so it is a function of
+the noisy sum.
 """
 
 from __future__ import annotations
@@ -82,12 +86,14 @@ def mean_sensitivity(partitions: int, clip_norm: float, change: sens.UnitChange)
 
 
 def aggregate(
-    embeddings: np.ndarray, clip_norm: float, sigma: float, rng: np.random.Generator
+    embeddings: np.ndarray, clip_norm: float, sigma: float, rng: np.random.Generator, size: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(clean mean of clipped embeddings, clean mean + N(0, sigma^2 I)) (Algorithm 3 lines 7-9)."""
+    """(clean mean of clipped embeddings, clean mean + N(0, sigma^2 I)) (Algorithm 3 lines 7-9).
+    ``size``: that many independent noisy means at once, shape (size, dim) (audits, tests)."""
     clipped = clip_rows(embeddings, clip_norm)
     clean = clipped.mean(axis=0)
-    noisy = clean + rng.normal(0.0, float(sigma), size=clean.shape)
+    shape = clean.shape if size is None else (int(size), clean.size)
+    noisy = clean + rng.normal(0.0, float(sigma), size=shape)
     return clean, noisy
 
 

@@ -37,10 +37,10 @@ composes curves must add it.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -134,12 +134,18 @@ def gap_sensitivity(change: sens.UnitChange) -> float:
     return 1.0 if change == sens.UnitChange.ADD_UNIT else 2.0
 
 
-def select_k(gaps: np.ndarray, epsilon_em: float, gap_sens: float, rng: np.random.Generator) -> tuple[int, np.ndarray]:
+def select_k(gaps: np.ndarray, epsilon_em: float, gap_sens: float, rng: np.random.Generator,
+             size: int | None = None) -> tuple[Any, np.ndarray]:
     """k* (1-based) by the exponential mechanism on the gaps, lam = eps_EM / (2D)
-    (Gumbel-max: argmax d_k + Gumbel(2D / eps_EM))."""
+    (Gumbel-max: argmax d_k + Gumbel(2D / eps_EM)). ``size``: that many independent draws."""
     lam = epsilon_em / (2.0 * gap_sens)
-    idx, noisy = agg.exponential_mechanism_sample(np.asarray(gaps, dtype=float), lam, rng)
-    return int(idx) + 1, noisy
+    idx, noisy = agg.exponential_mechanism_sample(np.asarray(gaps, dtype=float), lam, rng, size)
+    return (int(idx) + 1 if size is None else np.asarray(idx) + 1), noisy
+
+
+@lru_cache(maxsize=64)
+def _z(delta0: float) -> float:
+    return float(norm.isf(delta0))  # Phi^-1(1 - delta0)
 
 
 def ptr_test(gap: float, gap_sens: float, noise_multiplier: float, delta0: float,
@@ -147,7 +153,7 @@ def ptr_test(gap: float, gap_sens: float, noise_multiplier: float, delta0: float
     """(passed, d^) with d^ = max(D, gap) + N(0, (D sigma)^2) - Phi^-1(1 - delta0) D sigma; passes iff d^ > D.
     An unstable set (gap <= D) passes with probability exactly delta0."""
     scale = gap_sens * noise_multiplier
-    stat = max(gap_sens, float(gap)) + float(rng.normal(0.0, scale)) - float(norm.isf(delta0)) * scale
+    stat = max(gap_sens, float(gap)) + float(rng.normal(0.0, scale)) - _z(float(delta0)) * scale
     return stat > gap_sens, stat
 
 
