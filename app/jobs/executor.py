@@ -84,8 +84,12 @@ def execute_job(
             "internal_error",
         )
 
+    # Heartbeat from the first moment: looking up the kind and validating may take a while on a busy machine.
+    ctx = JobContext(runtime, job_id=job_id, kind=kind_name, attempt=attempt, worker_id=worker_id, should_stop=should_stop)
+    ctx.start_heartbeat()
     kind = registry.get_kind(kind_name, settings)
     if kind is None:
+        ctx.stop_heartbeat()
         return fail(
             f"This worker cannot run jobs of kind {kind_name!r} (it offers {sorted(registry.available_kinds(settings))}). "
             "Run the job on a worker that has this kind installed (and, for test-only kinds, DPICL_JOB_TEST_KINDS=true).",
@@ -94,12 +98,14 @@ def execute_job(
     try:
         config = kind.config_model.model_validate(raw_config)
     except ValidationError as exc:
+        ctx.stop_heartbeat()
         return fail(f"The stored config is no longer valid for kind {kind_name!r}: {_config_error_message(exc)}", "invalid_config")
+    except JobError as exc:
+        ctx.stop_heartbeat()
+        return fail(f"The stored config is no longer valid for kind {kind_name!r}: {exc.message}", "invalid_config")
 
-    ctx = JobContext(runtime, job_id=job_id, kind=kind_name, attempt=attempt, worker_id=worker_id, should_stop=should_stop)
     if on_context:
         on_context(ctx)
-    ctx.start_heartbeat()
     log.info("job %s (%s) attempt %d started on %s", job_id, kind_name, attempt, worker_id)
     try:
         try:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
+from app.jobs import registry
 from app.jobs import repository as repo
 from app.jobs import webhooks
 from app.jobs.executor import execute_job, new_worker_id
@@ -116,7 +117,9 @@ async def maintenance_once(app: "procrastinate.App", runtime: "Runtime") -> None
         with runtime.db.session() as s:
             report = repo.reap_stalled(s, settings.job_stall_seconds)
         with runtime.db.session() as s:
-            orphans = repo.queued_without_transport(s, LOCK_PREFIX, older_than=1.0)
+            orphans = repo.queued_without_transport(
+                s, LOCK_PREFIX, older_than=1.0, worker_alive_seconds=settings.job_stall_seconds
+            )
         return report, orphans
 
     report, orphans = await asyncio.to_thread(reap_and_sweep)
@@ -130,8 +133,12 @@ async def maintenance_once(app: "procrastinate.App", runtime: "Runtime") -> None
     for pjob in await app.job_manager.get_stalled_jobs(
         task_name=TASK_NAME, seconds_since_heartbeat=settings.job_stall_seconds
     ):
-        # The row was (or will be) reaped and re-deferred; close the dead worker's procrastinate job.
-        await app.job_manager.finish_job(pjob, status=Status.FAILED, delete_job=False)
+        # The row was (or will be) reaped and re-deferred; close the dead worker's procrastinate job
+        # (another runner's maintenance may have closed it a moment ago).
+        try:
+            await app.job_manager.finish_job(pjob, status=Status.FAILED, delete_job=False)
+        except Exception as exc:
+            log.debug("stalled procrastinate job %s already closed (%s)", pjob.id, exc)
 
 
 async def maintenance_loop(app: "procrastinate.App", runtime: "Runtime", stop: asyncio.Event) -> None:
@@ -213,6 +220,7 @@ async def run_worker(runtime: "Runtime", *, concurrency: int, name: str | None =
     running jobs stop at their next progress point and go back to the queue."""
     settings = runtime.settings
     await asyncio.to_thread(ensure_schema, settings.database_url)
+    registry.all_kinds()  # import every kind before the first job
     state = WorkerState(runtime=runtime, worker_id=name or new_worker_id("worker"))
     app = build_app(settings.database_url, max_pool=concurrency + 4)
     stop = asyncio.Event()

@@ -508,19 +508,25 @@ def record_webhook(s: Session, job_id: str, *, attempts: int, status: str, next_
 # ---------------------------------------------------------------- procrastinate transport (PostgreSQL)
 
 
-def queued_without_transport(s: Session, lock_prefix: str, *, older_than: float, limit: int = 500) -> list[str]:
-    """Queued jobs with no procrastinate job waiting (``todo``) for them: a defer lost to a crash,
-    a job the reaper queued again, a job released by a stopping worker. PostgreSQL only; reads
-    procrastinate's job table. (A job still ``doing`` for a queued row belongs to a dead worker or
-    is about to claim it; a second defer then runs, finds the row taken, and does nothing.)"""
+def queued_without_transport(
+    s: Session, lock_prefix: str, *, older_than: float, worker_alive_seconds: float, limit: int = 500
+) -> list[str]:
+    """Queued jobs that no procrastinate job will pick up: none waiting (``todo``) and none being
+    started (``doing``) by a live procrastinate worker. That is a defer lost to a crash between commit
+    and defer, a job the reaper queued again, a job a stopping worker handed back. PostgreSQL only;
+    reads procrastinate's tables (a rare duplicate defer is harmless: its task finds the row taken)."""
     cutoff = utcnow() - timedelta(seconds=older_than)
     rows = s.execute(
         text(
             "SELECT j.id FROM audit_jobs j WHERE j.status = 'queued' AND j.created_at < :cutoff "
             "AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs p WHERE p.queueing_lock = :prefix || j.id "
-            "AND p.status = 'todo') ORDER BY j.created_at LIMIT :limit"
+            "  AND p.status = 'todo') "
+            "AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs p JOIN procrastinate_workers w ON w.id = p.worker_id "
+            "  WHERE p.queueing_lock = :prefix || j.id AND p.status = 'doing' "
+            "  AND w.last_heartbeat > now() - make_interval(secs => :alive)) "
+            "ORDER BY j.created_at LIMIT :limit"
         ),
-        {"cutoff": cutoff, "prefix": lock_prefix, "limit": limit},
+        {"cutoff": cutoff, "prefix": lock_prefix, "limit": limit, "alive": worker_alive_seconds},
     ).all()
     s.rollback()
     return [r[0] for r in rows]

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from app.jobs import registry
 from app.jobs import repository as repo
 from app.jobs import webhooks
 from app.jobs.context import JobContext
@@ -49,6 +50,7 @@ class InProcessRunner:
     # -- lifecycle
 
     def start(self) -> None:
+        registry.all_kinds()  # import every kind now, not in the first job's heartbeat window
         for target, name in ((self._dispatch_loop, "dpicl-jobs-dispatch"), (self._webhook_loop, "dpicl-jobs-webhooks")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
