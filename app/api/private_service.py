@@ -212,9 +212,9 @@ async def dataset_task(rt: Runtime, principal: Principal, dataset_id: str) -> st
 
 
 def generation_entry():
-    """The generation service (``app.api.generation_service.generate``), when that feature is installed."""
+    """The generation entry point (``app.api.routes.private_generate.generate``)."""
     try:
-        from app.api.generation_service import generate
+        from app.api.routes.private_generate import generate
     except ModuleNotFoundError:
         raise APIError(422, "private generation is not available on this server", param="dataset_id",
                        code="unsupported") from None
