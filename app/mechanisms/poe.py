@@ -96,14 +96,16 @@ class PoE(Mechanism):
 
     def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
         p = self.parse_params(params)
-        experts = resolve_experts(p, n_exemplars) if n_exemplars is not None else p.experts
-        return self._cost(p, experts)
+        if n_exemplars is not None:
+            resolve_experts(p, n_exemplars)  # validates experts x group_size <= n
+        return self._cost(p)
 
-    def _cost(self, p: PoEParams, experts: int | None) -> dict[str, Any]:
+    def _cost(self, p: PoEParams) -> dict[str, Any]:
+        # ``experts`` stays as requested (None = all): the resolved count would reveal n, which
+        # is private under add/remove; it is in the internals instead.
         change = unit_change(p)
         d = p.to_dict()
         d.update(
-            experts=experts,
             inverse_temperature=inverse_temperature(p),
             utility_range=sens.poe_utility_range(p.clip, change),
             unit_change=change.value,
@@ -154,12 +156,13 @@ class PoE(Mechanism):
             "expert_clipped_log_probs": clipped,
             "expert_label_probs": probs,
             "inverse_temperature": lam,
+            "expert_count": resolve_experts(p, n_exemplars),
             "noisy_scores": noisy,  # lam U + Gumbel(1): its argmax is the released label
         }
         if experts is not None:
             internals["experts"] = [list(map(int, u)) for u in experts]
         return ClassificationResult(
-            labs[idx], idx, self.name, self._cost(p, resolve_experts(p, n_exemplars)), internals,
+            labs[idx], idx, self.name, self._cost(p), internals,
             dict(zip(labs, map(float, dist))),
         )
 

@@ -104,7 +104,9 @@ class NoisePlan:
         d = p.to_dict()
         d.pop("exact_distribution")
         d.update(
-            partitions=self.partitions,
+            # The resolved count would equal n when ``partitions`` is left to default: under
+            # add/remove |D| is private, so the cost (which callers see) keeps the request's value.
+            partitions=p.partitions,
             scale=self.scale,
             sigma=self.scale if self.noise == "gaussian" else None,
             target_epsilon=p.epsilon,
@@ -239,6 +241,7 @@ class RNM(Mechanism):
             "noisy_votes": noisy,
             "noise": plan.noise,
             "noise_scale": plan.scale,
+            "partition_count": plan.partitions,
             "partition_label_probs": probs,
             "partition_votes": [labs[i] for i in np.argmax(probs, axis=1)],
         }

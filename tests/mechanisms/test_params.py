@@ -158,3 +158,16 @@ def test_noise_source():
     r2 = rnm.release(probs, LABELS, {}, 3, np.random.default_rng(5)).internals["noisy_votes"]
     r3 = rnm.release(probs, LABELS, {}, 3).internals["noisy_votes"]
     assert np.array_equal(r1, r2) and not np.array_equal(r1, r3)
+
+
+@pytest.mark.parametrize("name", ["rnm", "poe"])
+def test_cost_does_not_reveal_the_exemplar_count(name):
+    """Under add/remove |D| is private: the cost a caller sees must not depend on n."""
+    mech = get_mechanism(name)
+    for adjacency in ("add-remove", "replace-one"):
+        params = {"epsilon": 1.0, "adjacency": adjacency}
+        assert mech.cost(params, n_exemplars=5) == mech.cost(params, n_exemplars=9)
+    probs = np.eye(3)[[0, 1, 2, 0, 1]]
+    a = mech.release(probs, LABELS, {"epsilon": 1.0, "adjacency": "add-remove"}, 5, np.random.default_rng(0))
+    b = mech.release(probs[:4], LABELS, {"epsilon": 1.0, "adjacency": "add-remove"}, 4, np.random.default_rng(0))
+    assert a.privacy == b.privacy
