@@ -41,6 +41,11 @@ class ReencodeSession:
         self._logits = self._encode()
 
     def _encode(self) -> np.ndarray:
+        # No keys/values survive from one step to the next: drop the model's cross-call prefix
+        # cache (within one call the batch's common prefix is still computed once).
+        clear = getattr(self._lm, "clear_prefix_cache", None)
+        if clear is not None:
+            clear()
         s = self._lm.start_decode(self._rows)
         try:
             return s.logits

@@ -1,0 +1,106 @@
+"""POST /v1/private/generate over real HTTP (uvicorn, SQLite and PostgreSQL). Model calls are
+kept to one or two tokens; every error case is refused before any model work."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+MARK = "ZQX-GEN-5521"  # planted in every exemplar; must never appear in any response
+
+
+def _dataset(url: str, *, task: str = "generation", epsilon: float = 20.0) -> str:
+    body = {
+        "name": "gen",
+        "task": task,
+        "template": {"instruction": "Summarize.", "input_prefix": "Text:", "output_prefix": "Summary:"},
+        "budget": {"epsilon": epsilon, "delta": 1e-5},
+        "exemplars": [{"input": f"{MARK} Ann meets Bo on day {i}.", "output": f"{MARK} Ann and Bo meet ({i})."}
+                      for i in range(6)],
+    }
+    if task == "classification":
+        body["labels"] = ["a", "b"]
+        body["exemplars"] = [{"input": f"{MARK} text {i}", "output": "ab"[i % 2]} for i in range(6)]
+    r = httpx.post(f"{url}/v1/datasets", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def _post(url: str, **body) -> httpx.Response:
+    r = httpx.post(f"{url}/v1/private/generate", json=body, timeout=600)
+    assert MARK not in r.text
+    return r
+
+
+def test_private_generation_is_charged_and_internals_only_when_asked(live_server):
+    ds = _dataset(live_server)
+    req = dict(dataset_id=ds, query="Cy meets Di on Friday.", mechanism="clip_softmax", epsilon=2.0,
+               max_tokens=1, params={"prompts": 2}, seed=7)
+    r = _post(live_server, **req)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    assert b["object"] == "private.generation" and isinstance(b["text"], str) and "internals" not in b
+    assert b["mechanism"] == "clip_softmax" and b["usage"]["completion_tokens"] <= 1
+    p = b["privacy"]
+    assert p["is_private"] and 0 < p["epsilon"] <= 2.0 and p["adjacency"] == "replace-one"
+    assert p["params"]["prompts"] == 2 and p["params"]["calibrated"] is True
+    assert b["budget"]["epsilon_spent"] == pytest.approx(p["epsilon"], rel=1e-6)
+    assert float(r.headers["X-DPICL-Epsilon-Spent"]) == pytest.approx(p["epsilon"], rel=1e-5)
+
+    r2 = _post(live_server, **req, return_internals=True)
+    assert r2.status_code == 200, r2.text
+    i = r2.json()["internals"]
+    assert i["partitions"] and len(i["steps"]) >= 1 and "token" in i["steps"][0]
+    assert r2.json()["text"] == b["text"]  # same seed, same release
+    budget = httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()
+    assert budget["charges"] == 2
+
+
+def test_zero_shot_is_not_charged(live_server):
+    ds = _dataset(live_server)
+    r = _post(live_server, dataset_id=ds, instruction="Write one word.", mechanism="zero_shot", max_tokens=1)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    assert b["privacy"]["epsilon"] == 0.0 and b["budget"] is None
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 0
+
+
+@pytest.mark.parametrize("body, status, param", [
+    (dict(mechanism="nope"), 422, "mechanism"),
+    (dict(mechanism="esa", params={"bogus": 1}), 422, "params.bogus"),
+    (dict(mechanism="esa", params={"partitions": 7}), 422, "params.partitions"),
+    (dict(mechanism="clip_softmax", params={"temperature": 0.001}), 422, "params.temperature"),
+    (dict(mechanism="ksa", params={"epsilon": 1.0}), 422, "params.epsilon"),
+    (dict(mechanism="full_context"), 422, "mechanism"),
+    (dict(mechanism="zero_shot", epsilon=1.0), 422, "epsilon"),
+    (dict(mechanism="esa", max_tokens=0), 422, "max_tokens"),
+    (dict(mechanism="esa", epsilon=-1), 422, "epsilon"),
+    (dict(mechanism="esa", adjacency="add-remove"), 422, "adjacency"),
+    (dict(mechanism="esa", instruction="also this"), 422, "instruction"),
+    (dict(mechanism="esa", query=None), 422, "query"),
+    (dict(mechanism="esa", epsilon=30.0), 429, "epsilon"),  # over the dataset's budget of 20
+    (dict(mechanism="esa", dataset_id="ds_missing"), 404, "dataset_id"),
+])
+def test_bad_requests_are_refused_naming_the_field(live_server, body, status, param):
+    ds = _dataset(live_server)
+    req = {"dataset_id": ds, "query": "Cy meets Di.", "epsilon": 1.0, **body}
+    if req.get("query") is None:
+        req.pop("query")
+    if req["mechanism"] in ("zero_shot", "full_context") and "epsilon" not in body:
+        req.pop("epsilon")
+    r = _post(live_server, **req)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_classification_dataset_is_refused(live_server):
+    ds = _dataset(live_server, task="classification")
+    r = _post(live_server, dataset_id=ds, query="x", mechanism="esa", epsilon=1.0)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "wrong_task"
+
+
+def test_mechanism_listing(live_server):
+    r = httpx.get(f"{live_server}/v1/private/generate/mechanisms")
+    assert r.status_code == 200
+    names = {m["name"] for m in r.json()["data"]}
+    assert names == {"esa", "ksa", "clip_softmax", "poe", "zero_shot", "full_context"}

@@ -1,0 +1,75 @@
+"""The generation mechanisms on the bundled models (SmolLM2-135M-Instruct, MiniLM), kept tiny:
+two or three prompts, a few tokens."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from app.mechanisms import clip_softmax as cs
+from app.mechanisms import poe_decode
+from app.mechanisms.gen_common import GenerationRequest, PromptTemplate, build_prompt
+from app.mechanisms.gen_decode import ReencodeSession, decode
+from app.mechanisms.generation import generate
+
+MARK = "QX7"  # planted in every exemplar: must never come back in a result's privacy or internals
+EXEMPLARS = [(f"{MARK} Ann meets Bo on {d}.", f"{MARK} Ann and Bo meet on {d}.") for d in
+             ("Monday", "Tuesday", "Friday", "Sunday", "Monday", "Friday")]
+TEMPLATE = PromptTemplate("Summarize.", "Text:", "Summary:")
+QUERY = "Cy meets Di on Friday."
+
+
+def _prompts(lm, k: int = 3) -> list[str]:
+    return [build_prompt(lm, TEMPLATE, [EXEMPLARS[i]], QUERY) for i in range(k)]
+
+
+def test_incremental_decoding_matches_reencoding(lm):
+    """KV-cached steps give the logits (so the clip-softmax law) that re-encoding every step gives,
+    within 1e-4, and the same released tokens."""
+    prompts = _prompts(lm, 2)
+    runs = {}
+    for reencode in (False, True):
+        seen: list[np.ndarray] = []
+        rng = np.random.default_rng(3)
+
+        def choose(z, seen=seen, rng=rng):
+            seen.append(np.array(z, copy=True))
+            return cs.sample_token(z, 2.0, 0.5, rng), {}
+
+        out = decode(lm, prompts, choose, 3, reencode=reencode, stop_at_eos=False)
+        runs[reencode] = (out.token_ids, seen)
+    (tok_kv, z_kv), (tok_re, z_re) = runs[False], runs[True]
+    assert tok_kv == tok_re and len(z_kv) == len(z_re) == 3
+    for a, b in zip(z_kv, z_re):
+        assert a.shape == (2, lm.vocab_size)
+        assert np.max(np.abs(a - b)) < 1e-4
+        assert np.max(np.abs(cs.step_log_probs(a, 2.0, 0.5) - cs.step_log_probs(b, 2.0, 0.5))) < 1e-4
+    assert np.max(np.abs(z_kv[0][0] - z_kv[0][1])) > 1e-2  # the two prompts really differ
+
+
+@pytest.mark.parametrize("mechanism, params", [
+    ("esa", {"partitions": 2, "shots_per_partition": 1, "candidates": 2}),
+    ("ksa", {"partitions": 2, "shots_per_partition": 1}),
+    ("clip_softmax", {"prompts": 2}),
+    ("poe", {"experts": 2}),
+    ("full_context", {"shots": 2}),
+])
+def test_mechanisms_end_to_end(lm, embedder, mechanism, params):
+    private = mechanism != "full_context"
+    req = GenerationRequest.build(EXEMPLARS, QUERY, epsilon=4.0 if private else None, delta=1e-5, max_tokens=2,
+                                  template=TEMPLATE, params=params)
+    res = generate(mechanism, req, lm, embedder, np.random.default_rng(1))
+    assert isinstance(res.text, str) and res.tokens <= 2
+    d = res.to_dict()
+    blob = json.dumps({k: v for k, v in d.items() if k != "text"})
+    assert MARK not in blob  # no exemplar text in privacy or internals
+    if private:
+        assert d["privacy"]["is_private"] and 0 < d["privacy"]["epsilon"] <= 4.0
+    else:
+        assert d["privacy"]["epsilon"] is None
+    if mechanism == "esa":
+        i = d["internals"]
+        assert len(i["clean_mean"]) == len(i["noisy_mean"]) == 384 and len(i["candidate_distances"]) == 2
+        assert res.text == i["candidates"][i["selected"]]
