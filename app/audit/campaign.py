@@ -1,0 +1,259 @@
+"""A canary membership-inference campaign: the same code for every target.
+
+    target = MechanismTarget(lm, "rnm", {"epsilon": 1, "partitions": 4})
+    res = run_campaign(target, exemplars, canary, "inquiry", task_labels=labels,
+                       template=template, config=CampaignConfig(trials=40), rng=rng)
+    res.epsilon, res.estimates["white-box"].epsilon_gdp
+
+Modes:
+
+* ``direct``: every trial asks the target (ContextLeak Algorithm 1; the
+  tight-auditing pipeline of Section 3.2). Black-box decisions need no
+  threshold and count every trial; white-box ones choose the threshold on a
+  held-out share of the trials.
+* ``bootstrap``: tight-auditing Algorithm 1 (``app.audit.bootstrap``): 2 x n_llm
+  calls for clean votes of the fixed pair C1/C0, then n_sample simulated
+  trials per hypothesis.
+
+The headline ``epsilon`` is the largest rigorous Clopper-Pearson bound over
+the threat models evaluated, each computed at confidence 1 - (1 - c)/k
+(Bonferroni over the k threat models), so that the maximum holds at c.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from app.audit.bootstrap import DEFAULT_N_SAMPLE, BootstrapResult, bootstrap_audit
+from app.audit.canaries import Canary
+from app.audit.estimates import STATISTICS, THREAT_MODELS, Estimates, estimates_from_guesses, margin_statistic, white_box_estimates
+from app.audit.insertion import paired_contexts, plan_trials
+from app.audit.queries import AttackQuery, QueryStrategy, resolve_query
+
+Progress = Callable[[float, str], None]
+MODES = ("direct", "bootstrap")
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    trials: int = 40
+    insertion: str = "paired"  # contextleak | paired (direct mode; bootstrap always uses the pair)
+    threat_models: tuple[str, ...] = THREAT_MODELS
+    mode: str = "direct"
+    confidence: float = 0.95
+    delta: float | None = None  # None: the target's delta
+    threshold_fraction: float = 0.5
+    objective: str = "epsilon"  # threshold objective: epsilon | mu
+    statistic: str = "margin"  # white-box: margin (tight-auditing 3.2) | positive (ContextLeak A.3)
+    n_llm: int = 16  # bootstrap: clean vote vectors per hypothesis
+    n_sample: int = DEFAULT_N_SAMPLE  # bootstrap: simulated trials per hypothesis
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        bad = [t for t in self.threat_models if t not in THREAT_MODELS]
+        if bad or not self.threat_models:
+            raise ValueError(f"threat_models must be a non-empty subset of {THREAT_MODELS}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError("confidence must lie in (0, 1)")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {STATISTICS}")
+        if self.trials < 2 or self.n_llm < 1 or self.n_sample < 4:
+            raise ValueError("trials >= 2, n_llm >= 1 and n_sample >= 4 are needed")
+
+
+@dataclass
+class CampaignResult:
+    target: str
+    attack: AttackQuery
+    config: CampaignConfig
+    estimates: dict[str, Estimates]
+    epsilon: float  # headline rigorous lower bound (max over threat models, Bonferroni)
+    delta: float
+    confidence: float
+    epsilon_claimed: float | None
+    delta_claimed: float | None
+    model_calls: int  # calls to the target (direct) or to its clean-vote path (bootstrap)
+    naive_model_calls: int | None  # what running every bootstrap trial would have cost (prompts)
+    seconds: float
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    statistic_with: np.ndarray | None = None
+    statistic_without: np.ndarray | None = None
+    threshold: float | None = None
+    bootstrap: BootstrapResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def violation(self) -> bool | None:
+        if self.epsilon_claimed is None:
+            return None
+        return self.epsilon > self.epsilon_claimed * (1 + 1e-9) + 1e-12
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "attack": self.attack.to_dict(), "config": asdict(self.config),
+            "estimates": {k: v.to_dict() for k, v in self.estimates.items()},
+            "epsilon": self.epsilon, "delta": self.delta, "confidence": self.confidence,
+            "epsilon_claimed": self.epsilon_claimed, "delta_claimed": self.delta_claimed,
+            "violation": self.violation, "model_calls": self.model_calls,
+            "naive_model_calls": self.naive_model_calls, "seconds": self.seconds, "threshold": self.threshold,
+            "bootstrap": None if self.bootstrap is None else self.bootstrap.to_dict(), "notes": self.notes,
+        }
+
+
+def _noop(_f: float, _m: str) -> None:
+    return None
+
+
+def run_campaign(
+    target: Any,
+    exemplars: Sequence[tuple[str, str]],
+    canary: Canary,
+    strategy: "str | QueryStrategy | Mapping[str, Any]",
+    *,
+    task_labels: Sequence[str],
+    template: Mapping[str, Any] | None = None,
+    config: CampaignConfig = CampaignConfig(),
+    rng: np.random.Generator,
+    progress: Progress | None = None,
+) -> CampaignResult:
+    t0 = time.perf_counter()
+    report = progress or _noop
+    ex = [tuple(e) for e in exemplars]
+    attack = resolve_query(strategy, canary, task_labels, ex, template)
+    eps_claimed, delta_claimed = target.claimed(len(ex))
+    delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
+    tms = tuple(t for t in config.threat_models if t == "black-box" or target.white_box)
+    if not tms:
+        raise ValueError(f"target {target.name} offers no threat model of {config.threat_models}")
+    per_conf = 1.0 - (1.0 - config.confidence) / len(tms)  # Bonferroni over threat models
+    notes = []
+    if len(tms) > 1:
+        notes.append(f"each threat model's bound at confidence {per_conf:g} (Bonferroni), so that the "
+                     f"headline maximum holds at {config.confidence:g}")
+    if attack.strategy in ("gap", "brainwash") and canary.kind != "heldout":
+        notes.append(f"{attack.strategy} is meant for a held-out canary; the {canary.kind} canary's assigned "
+                     "label plays the true label")
+    if config.mode == "bootstrap":
+        res = _bootstrap(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
+    else:
+        res = _direct(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
+    estimates, extras = res
+    epsilon = max(e.epsilon_lower for e in estimates.values())
+    report(1.0, "campaign done")
+    return CampaignResult(
+        target=target.name, attack=attack, config=config, estimates=estimates, epsilon=float(epsilon), delta=delta,
+        confidence=config.confidence, epsilon_claimed=eps_claimed, delta_claimed=delta_claimed,
+        seconds=time.perf_counter() - t0, notes=notes + extras.pop("notes", []), **extras,
+    )
+
+
+def _child_rngs(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
+    seeds = rng.integers(0, 2**63 - 1, size=n)
+    return [np.random.default_rng(int(s)) for s in seeds]
+
+
+def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
+    plan = plan_trials(ex, attack.canary.exemplar(), config.trials, config.insertion, rng)
+    rngs = _child_rngs(rng, len(plan))
+    labels, scores = [], []
+    for i, (ctx, g) in enumerate(zip(plan.contexts, rngs)):
+        obs = target.observe(ctx, attack, g)
+        labels.append(obs.label)
+        scores.append(obs.noisy_scores)
+        report(0.95 * (i + 1) / len(plan), f"trial {i + 1} of {len(plan)}")
+    members = plan.members
+    guesses = np.array([lab == attack.positive for lab in labels])
+    k = len(attack.labels)
+    estimates: dict[str, Estimates] = {}
+    gauss_bb = _gaussian(target, len(ex)) and k == 2
+    if "black-box" in tms:
+        estimates["black-box"] = estimates_from_guesses(
+            guesses, members, threat_model="black-box", confidence=conf, delta=delta, epsilon_theory=eps_theory,
+            gdp_applicable=gauss_bb, assumptions=[f"guess: released label == {attack.positive!r}"])
+    stat = None
+    tau = None
+    if "white-box" in tms:
+        if any(s is None for s in scores):
+            raise ValueError(f"target {target.name} returned no noisy scores: white-box needs internals")
+        stat = margin_statistic(np.vstack(scores), attack.positive_index, attack.negative_index, config.statistic)
+        e = white_box_estimates(stat, members, confidence=conf, delta=delta, epsilon_theory=eps_theory,
+                                gdp_applicable=_gaussian(target, len(ex)), threshold_fraction=config.threshold_fraction,
+                                objective=config.objective,
+                                assumptions=[f"white-box statistic: {config.statistic}"])
+        estimates["white-box"] = e
+        tau = e.threshold
+    trials = []
+    for i, (m, lab) in enumerate(zip(members, labels)):
+        row = {"trial": i, "member": bool(m), "released": lab, "black_box_guess": bool(lab == attack.positive)}
+        if stat is not None:
+            row["statistic"] = float(stat[i])
+        trials.append(row)
+    return estimates, {
+        "model_calls": len(plan), "naive_model_calls": None, "trials": trials,
+        "statistic_with": None if stat is None else stat[members],
+        "statistic_without": None if stat is None else stat[~members], "threshold": tau,
+    }
+
+
+def _gaussian(target, n: int) -> bool:
+    try:
+        nz = target.noise(n)
+    except Exception:
+        return False
+    return nz.kind == "gaussian" and not nz.winner_only
+
+
+def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
+    c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
+    vw, vo = [], []
+    rngs = _child_rngs(rng, 2 * config.n_llm)
+    for i in range(config.n_llm):  # Algorithm 1 lines 2-3
+        vw.append(target.clean_votes(c1, attack, rngs[2 * i]))
+        vo.append(target.clean_votes(c0, attack, rngs[2 * i + 1]))
+        report(0.8 * (i + 1) / config.n_llm, f"clean votes {2 * (i + 1)} of {2 * config.n_llm}")
+    noise = target.noise(len(ex))
+    report(0.85, f"bootstrap: {config.n_sample} simulated trials per hypothesis")
+    b = bootstrap_audit(np.array(vw), np.array(vo), noise, attack.positive_index, attack.negative_index, rng=rng,
+                        n_sample=config.n_sample, threat_models=tms, confidence=conf, delta=delta,
+                        epsilon_theory=eps_theory, threshold_fraction=config.threshold_fraction,
+                        objective=config.objective, statistic=config.statistic)
+    partitions = _partitions(target, len(ex))
+    trials = [{"call": i, "member": i % 2 == 0, "clean_votes": (vw if i % 2 == 0 else vo)[i // 2].tolist()}
+              for i in range(2 * config.n_llm)]
+    wb = b.estimates.get("white-box")
+    return b.estimates, {
+        "model_calls": 2 * config.n_llm,
+        # tight-auditing 3.5: trials x 2 hypotheses x partitions prompts if every trial ran the model.
+        "naive_model_calls": None if partitions is None else config.n_sample * 2 * partitions,
+        "trials": trials, "statistic_with": b.statistic_with, "statistic_without": b.statistic_without,
+        "threshold": None if wb is None else wb.threshold, "bootstrap": b, "notes": list(b.assumptions),
+    }
+
+
+def _partitions(target, n: int) -> int | None:
+    params = getattr(target, "params", None) or {}
+    t = params.get("partitions")
+    if t:
+        return int(t)
+    shots = int(params.get("shots_per_partition", 1) or 1)
+    return max(1, n // shots) if params else None
+
+
+def summary(result: CampaignResult) -> dict[str, Any]:
+    """Flat scalars for tables and CSV."""
+    out: dict[str, Any] = {"target": result.target, "strategy": result.attack.strategy,
+                           "canary_kind": result.attack.canary.kind, "epsilon": result.epsilon,
+                           "epsilon_claimed": result.epsilon_claimed, "delta": result.delta,
+                           "model_calls": result.model_calls}
+    for tm, e in result.estimates.items():
+        key = tm.replace("-", "_")
+        for f in ("tpr", "fpr", "accuracy", "epsilon_lower", "accuracy_epsilon", "gdp_mu_lower", "epsilon_gdp"):
+            v = getattr(e, f)
+            out[f"{key}_{f}"] = None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+    return out

@@ -1,0 +1,300 @@
+"""Audited systems behind one interface.
+
+``target.observe(context, attack, rng) -> Observation``: the released label and,
+where the threat model allows, the mechanism's noisy scores (white-box: the
+noisy vote counts of RNM, the noisy utilities of PoE). Targets:
+
+* :class:`MechanismTarget`: an ``app.mechanisms`` classifier in this process
+  (white-box: its internals), optionally a deliberately broken private voting.
+* :class:`RemoteTarget`: a dpicl-compatible gateway over HTTP (black-box; white-box
+  too when the key may read internals). It registers every distinct context through
+  ``POST /v1/datasets`` once and asks ``POST /v1/private/classify``.
+* :class:`SimulatedVotingTarget`: no model; fixed clean vote vectors with and
+  without the canary plus the mechanism's noise (the statistics of the audit at
+  any number of trials; the votes are an assumption, not a measurement).
+
+``clean_votes`` (internal auditor, tight-auditing 3.1 "Internal Auditing
+Capabilities") gives the pre-noise votes for the bootstrap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from app.audit.noise import VotingNoise, parse_bug, rnm_noise
+from app.audit.queries import AttackQuery
+
+Exemplar = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Observation:
+    label: str
+    noisy_scores: np.ndarray | None = None  # aligned with attack.labels; white-box only
+    clean_votes: np.ndarray | None = None  # internal auditor only
+    epsilon: float | None = None  # what the target says this answer cost
+    delta: float | None = None
+
+
+class Target(Protocol):
+    name: str
+    white_box: bool  # noisy scores are observable
+
+    def observe(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> Observation: ...
+
+    def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]: ...
+
+
+def _scores(internals: Mapping[str, Any] | None) -> np.ndarray | None:
+    if not internals:
+        return None
+    for key in ("noisy_votes", "noisy_scores", "label_probs"):
+        if internals.get(key) is not None:
+            return np.asarray(internals[key], dtype=float)
+    return None
+
+
+# ---------------------------------------------------------------------------
+# In-process mechanism
+# ---------------------------------------------------------------------------
+
+
+class BrokenVoting:
+    """Private voting with a deliberate bug (``app.audit.noise``): the ``rnm`` code path (partition,
+    one batched label-scoring call, votes) but the noise of ``VotingNoise.with_bug``, while claiming
+    rnm's cost. Not registered as a mechanism: it exists to be caught."""
+
+    name = "rnm-broken"
+    is_private = True
+
+    def __init__(self, bug: Any) -> None:
+        self.bug = parse_bug(bug)
+
+    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+        from app.mechanisms import get_mechanism
+
+        return get_mechanism("rnm").cost(params, n_exemplars)  # the claim the bug breaks
+
+    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None):
+        from app.icl import get_template, partition_exemplars, partition_label_distribution
+        from app.mechanisms import get_mechanism
+        from app.mechanisms.base import ClassificationResult, check_labels, normalize_exemplars
+        from app.mechanisms.rnm import RNMParams, resolve_partitions
+        from app.mechanisms.rng import resolve_rng
+
+        rnm = get_mechanism("rnm")
+        p = RNMParams.from_mapping(params)
+        ex = normalize_exemplars(exemplars)
+        labs = check_labels(labels)
+        g = resolve_rng(rng)
+        t = resolve_partitions(p, len(ex))
+        units = partition_exemplars(len(ex), t, p.shots_per_partition, g)
+        probs = partition_label_distribution(lm, ex, units, query, labs, template=get_template(template),
+                                             calibrate=p.calibrate)
+        votes = np.bincount(np.argmax(probs, axis=1), minlength=len(labs)).astype(float)
+        noise = rnm_noise(p, len(ex), self.bug)
+        noisy = noise.sample(votes, g)
+        idx = int(np.argmax(noisy))
+        internals = {"clean_votes": votes, "noisy_votes": noisy, "noise": noise.to_dict()}
+        return ClassificationResult(labs[idx], idx, self.name, rnm.cost(p, len(ex)), internals)
+
+
+class MechanismTarget:
+    """An ``app.mechanisms`` classifier run here, on ``lm``. ``bug`` (rnm only) swaps in
+    :class:`BrokenVoting`."""
+
+    white_box = True
+
+    def __init__(self, lm: Any, mechanism: str = "rnm", params: Mapping[str, Any] | None = None,
+                 template: Mapping[str, Any] | None = None, bug: Any = None) -> None:
+        from app.mechanisms import get_mechanism
+
+        self.lm = lm
+        self.params = dict(params or {})
+        self.template = dict(template or {})
+        self.bug = None if bug in (None, "none") else bug
+        if self.bug is not None:
+            if get_mechanism(mechanism).name != "rnm":
+                raise ValueError("bugs are implemented for rnm only")
+            self.mechanism = BrokenVoting(self.bug)
+        else:
+            self.mechanism = get_mechanism(mechanism)
+        self.name = f"in-process:{self.mechanism.name}"
+
+    def _classify(self, context, attack: AttackQuery, rng):
+        return self.mechanism.classify(self.lm, list(context), attack.query, attack.labels,
+                                       attack.template(self.template), self.params, rng)
+
+    def observe(self, context, attack, rng) -> Observation:
+        res = self._classify(context, attack, rng)
+        cv = res.internals.get("clean_votes")
+        return Observation(res.label, _scores(res.internals), None if cv is None else np.asarray(cv, float),
+                           res.privacy.get("epsilon"), res.privacy.get("delta"))
+
+    def clean_votes(self, context, attack, rng) -> np.ndarray:
+        """The non-private M' of tight-auditing Algorithm 1 line 1: the clean votes of one call."""
+        res = self._classify(context, attack, rng)
+        if "clean_votes" not in res.internals:
+            raise ValueError(f"{self.mechanism.name} has no vote histogram to bootstrap")
+        return np.asarray(res.internals["clean_votes"], dtype=float)
+
+    def noise(self, n_exemplars: int) -> VotingNoise:
+        if self.mechanism.name not in ("rnm", "rnm-broken"):
+            raise ValueError("the bootstrap re-applies private-voting noise: use mechanism rnm")
+        return rnm_noise(self.params, n_exemplars, self.bug)
+
+    def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
+        if not self.mechanism.is_private:
+            return None, None
+        c = self.mechanism.cost(self.params, n_exemplars)
+        return c.get("epsilon"), c.get("delta")
+
+
+# ---------------------------------------------------------------------------
+# Simulated votes
+# ---------------------------------------------------------------------------
+
+
+class SimulatedVotingTarget:
+    """Fixed clean votes (aligned with ``attack.labels``) with and without the canary, plus the
+    noise. The canary's presence is read from the context (it is there or not)."""
+
+    white_box = True
+
+    def __init__(self, votes_with: Sequence[float], votes_without: Sequence[float], noise: VotingNoise) -> None:
+        self.votes_with = np.asarray(votes_with, dtype=float)
+        self.votes_without = np.asarray(votes_without, dtype=float)
+        if self.votes_with.shape != self.votes_without.shape or self.votes_with.ndim != 1:
+            raise ValueError("votes_with and votes_without must be 1-d of the same length")
+        self.noise_model = noise
+        self.name = "simulated-voting"
+
+    def _votes(self, context, attack: AttackQuery) -> np.ndarray:
+        if self.votes_with.size != len(attack.labels):
+            raise ValueError(f"the simulated votes have {self.votes_with.size} labels, the query {len(attack.labels)}")
+        present = tuple(attack.canary.exemplar()) in [tuple(e) for e in context]
+        return self.votes_with if present else self.votes_without
+
+    def observe(self, context, attack, rng) -> Observation:
+        v = self._votes(context, attack)
+        noisy = self.noise_model.sample(v, rng)
+        return Observation(attack.labels[int(np.argmax(noisy))], noisy, v.copy(),
+                           self.noise_model.epsilon, self.noise_model.delta)
+
+    def clean_votes(self, context, attack, rng) -> np.ndarray:
+        return self._votes(context, attack).copy()
+
+    def noise(self, n_exemplars: int) -> VotingNoise:
+        return self.noise_model
+
+    def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
+        return self.noise_model.epsilon, self.noise_model.delta
+
+
+# ---------------------------------------------------------------------------
+# Remote gateway
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RemoteTarget:
+    """A dpicl gateway: ``POST /v1/datasets`` (admin scope) per distinct context, then
+    ``POST /v1/private/classify``. ``white_box`` asks for internals (needs the 'internals' scope);
+    ``seeded`` sends a noise seed per trial (only servers with seeded noise allowed accept it).
+    ``budget_epsilon``: the budget each registered set gets (an audit spends one answer per trial)."""
+
+    base_url: str
+    mechanism: str = "rnm"
+    params: dict[str, Any] = field(default_factory=dict)
+    template: dict[str, Any] = field(default_factory=dict)
+    api_key: str | None = None
+    white_box: bool = False
+    seeded: bool = False
+    budget_epsilon: float = 1e6
+    budget_delta: float = 0.5
+    timeout: float = 300.0
+    client: Any = None
+    name: str = "remote"
+    datasets: dict[str, str] = field(default_factory=dict)
+    last_privacy: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self.client = httpx.Client(base_url=self.base_url.rstrip("/"), headers=headers, timeout=self.timeout)
+        self.name = f"remote:{self.base_url}"
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _check(self, r, what: str) -> dict[str, Any]:
+        if r.status_code >= 400:
+            try:
+                err = r.json()["error"]
+                msg = f"{err.get('message')} (param {err.get('param')})"
+            except Exception:
+                msg = r.text[:300]
+            raise RuntimeError(f"{what}: HTTP {r.status_code}: {msg}")
+        return r.json()
+
+    def dataset_for(self, context: Sequence[Exemplar], attack: AttackQuery) -> str:
+        tmpl = {k: v for k, v in attack.template(self.template).items()
+                if k in ("instruction", "input_prefix", "output_prefix")}
+        body = {
+            "name": "canary-audit",
+            "task": "classification",
+            "labels": list(attack.labels),
+            "template": tmpl,
+            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
+            "exemplars": [{"input": a, "output": b} for a, b in context],
+        }
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        if key not in self.datasets:
+            adj = self.params.get("adjacency")
+            if adj:
+                body["budget"]["adjacency"] = adj
+            self.datasets[key] = self._check(self.client.post("/v1/datasets", json=body), "register dataset")["id"]
+        return self.datasets[key]
+
+    def _ask(self, context, attack, rng, internals: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"dataset_id": self.dataset_for(context, attack), "query": attack.query,
+                                "mechanism": self.mechanism, "return_internals": internals}
+        known = ("epsilon", "delta", "partitions", "shots_per_partition", "adjacency", "calibrate")
+        body.update({k: v for k, v in self.params.items() if k in known})
+        extra = {k: v for k, v in self.params.items() if k not in known}
+        if extra:
+            body["params"] = extra
+        if self.seeded:
+            body["seed"] = int(rng.integers(0, 2**62))
+        out = self._check(self.client.post("/v1/private/classify", json=body), "private classify")
+        self.last_privacy = out.get("privacy")
+        return out
+
+    def observe(self, context, attack, rng) -> Observation:
+        out = self._ask(context, attack, rng, self.white_box)
+        internals = out.get("internals") if self.white_box else None
+        cv = (internals or {}).get("clean_votes")
+        priv = out.get("privacy") or {}
+        return Observation(out["label"], _scores(internals), None if cv is None else np.asarray(cv, float),
+                           priv.get("epsilon"), priv.get("delta"))
+
+    def clean_votes(self, context, attack, rng) -> np.ndarray:
+        out = self._ask(context, attack, rng, True)
+        return np.asarray(out["internals"]["clean_votes"], dtype=float)
+
+    def noise(self, n_exemplars: int) -> VotingNoise:
+        if self.mechanism != "rnm":
+            raise ValueError("the bootstrap re-applies private-voting noise: use mechanism rnm")
+        return rnm_noise(self.params, n_exemplars)
+
+    def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
+        if self.last_privacy:
+            return self.last_privacy.get("epsilon"), self.last_privacy.get("delta")
+        return self.params.get("epsilon"), self.params.get("delta")
