@@ -1,0 +1,286 @@
+"""``canary_mia``: a canary membership-inference campaign (``app.audit``) as an audit job.
+
+Config: the target (an in-process mechanism on a served model, a remote dpicl
+gateway, or simulated votes), the dataset, the canary, the attack query, the
+insertion, the threat models, direct or bootstrap mode, trials / bootstrap
+sizes, confidence, delta and seed. Result: every estimate of ``app.audit``
+side by side, the headline rigorous epsilon lower bound, per-trial summary.
+Verdict: the headline bound against the claimed epsilon (the job's
+``claimed_epsilon``, else the epsilon the target itself claims).
+Artifacts: ``trials.csv``, ``estimates.csv``, ``roc.png`` and ``histogram.png``
+(white-box), ``convergence.csv`` and ``convergence.png`` (bootstrap).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.jobs.context import JobContext
+from app.jobs.errors import JobConfigError, JobError
+from app.jobs.registry import JobKind, Verdict, epsilon_verdict, register
+
+log = logging.getLogger("dpicl.jobs.canary_mia")
+
+
+class TargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["mechanism", "remote", "simulated"] = "mechanism"
+    mechanism: str = Field(default="rnm", description="rnm | poe | icl | zero_shot (mechanism and remote)")
+    params: dict[str, Any] = Field(default_factory=dict, description="epsilon, delta, partitions, shots_per_partition...")
+    model: str | None = Field(default=None, description="a model this worker serves (mechanism targets)")
+    bug: str | dict[str, Any] | None = Field(default=None, description="rnm only: noise_quarter | noise_tenth | "
+                                             "winner_only | {noise_multiplier, winner_only} (to show it is caught)")
+    url: str | None = Field(default=None, description="remote: the gateway's base URL")
+    api_key: str | None = Field(default=None, description="remote: admin + infer (+ internals for white-box)")
+    white_box: bool = Field(default=False, description="remote: ask for internals")
+    seeded: bool = Field(default=False, description="remote: send a noise seed per trial")
+    votes_with: list[float] | None = Field(default=None, description="simulated: clean votes with the canary")
+    votes_without: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> "TargetConfig":
+        if self.type == "remote" and not self.url:
+            raise ValueError("url: required for a remote target")
+        if (self.votes_with is None) != (self.votes_without is None):
+            raise ValueError("votes_with and votes_without go together")
+        return self
+
+
+class DatasetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bundled: str = "support_intents"
+    size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
+    exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
+    labels: list[str] | None = None
+    template: dict[str, Any] | None = None
+    heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
+
+
+class CanaryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["hex", "unigram", "false_fact", "heldout"] = "hex"
+    label: str | None = Field(default=None, description="the canary's label (default: the rarest task label)")
+    text: str | None = Field(default=None, description="a fixed canary text instead of a generated one")
+
+
+class CanaryMIAConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: TargetConfig = Field(default_factory=TargetConfig)
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    canary: CanaryConfig = Field(default_factory=CanaryConfig)
+    query: str | dict[str, Any] = "inquiry"
+    insertion: Literal["contextleak", "paired"] = "paired"
+    threat_model: Literal["black-box", "white-box", "both"] = "both"
+    mode: Literal["direct", "bootstrap"] = "direct"
+    trials: int = Field(default=40, ge=2, le=1_000_000)
+    n_llm: int = Field(default=16, ge=1, le=10_000)
+    n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    delta: float | None = Field(default=None, ge=0, lt=1, description="default: the target's delta")
+    statistic: Literal["margin", "positive"] = "margin"
+    objective: Literal["epsilon", "mu"] = "epsilon"
+    threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
+    seed: int | None = Field(default=None, ge=0)
+
+
+def _dataset(c: DatasetConfig):
+    from app.icl import load_bundled
+
+    if c.exemplars is not None:
+        ex = [(e["input"], e["output"]) for e in c.exemplars]
+        labels = c.labels or sorted({b for _, b in ex})
+        heldout = [(e["input"], e["output"]) for e in (c.heldout or [])]
+        template = dict(c.template or {})
+    else:
+        try:
+            ds = load_bundled(c.bundled)
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.dataset.bundled") from None
+        ex = ds.exemplars("train")
+        labels = list(c.labels or ds.labels)
+        heldout = ds.exemplars("test")
+        t = ds.template
+        template = {"instruction": t.instruction, "input_prefix": t.input_prefix, "output_prefix": t.output_prefix}
+        template.update(c.template or {})
+    if len(ex) < c.size:
+        raise JobConfigError(f"the dataset has {len(ex)} exemplars, fewer than size {c.size}", param="config.dataset.size")
+    return ex, labels, heldout, template
+
+
+def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
+    counts = {lab: 0 for lab in labels}
+    for _, lab in exemplars:
+        if lab in counts:
+            counts[lab] += 1
+    return min(labels, key=lambda lab: (counts[lab], labels.index(lab)))
+
+
+@register
+class CanaryMIAKind(JobKind):
+    name = "canary_mia"
+    config_model = CanaryMIAConfig
+    description = (
+        "Canary membership-inference audit (ContextLeak; tight-auditing DP-ICL): canary, attack query, "
+        "black-/white-box decisions, rigorous Clopper-Pearson epsilon lower bound, GDP estimate, bootstrap. "
+        "Verdict: the rigorous bound against the claimed epsilon (default: the target's own claim)."
+    )
+
+    def check(self, config: CanaryMIAConfig, settings) -> None:
+        from app.audit.queries import get_strategy
+
+        try:
+            get_strategy(config.query)
+        except (ValueError, TypeError) as exc:
+            raise JobConfigError(str(exc), param="config.query") from None
+        t = config.target
+        if t.bug is not None:
+            from app.audit.noise import parse_bug
+
+            try:
+                parse_bug(t.bug)
+            except ValueError as exc:
+                raise JobConfigError(str(exc), param="config.target.bug") from None
+        if config.mode == "bootstrap" and t.mechanism != "rnm":
+            raise JobConfigError("bootstrap re-applies private-voting noise: use mechanism rnm",
+                                 param="config.target.mechanism")
+
+    def verdict(self, result: dict[str, Any], claimed_epsilon: float | None, claimed_delta: float | None) -> Verdict | None:
+        claim = claimed_epsilon if claimed_epsilon is not None else result.get("epsilon_claimed")
+        # delta is an input of the bound (config.delta), not a measurement: the verdict is on epsilon.
+        return epsilon_verdict(result.get("epsilon"), None, claim, None)
+
+    def run(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
+        from app.audit import (
+            CampaignConfig, MechanismTarget, RemoteTarget, SimulatedVotingTarget, make_canary, resolve_query,
+            rnm_noise, run_campaign, summary,
+        )
+        from app.audit.canaries import Canary
+
+        rng = np.random.default_rng(config.seed)
+        ctx.progress(0.01, "preparing the canary and the context")
+        all_ex, labels, heldout, template = _dataset(config.dataset)
+        pick = rng.choice(len(all_ex), size=config.dataset.size, replace=False)
+        exemplars = [all_ex[int(i)] for i in sorted(pick)]
+        t = config.target
+        lm = None
+        if t.type == "mechanism":
+            try:
+                lm = ctx.runtime.get_model(t.model, "lm")
+            except KeyError:
+                raise JobError(f"model {t.model!r} is not served by this worker", code="invalid_config",
+                               param="config.target.model") from None
+        c = config.canary
+        label = c.label or _rarest_label(labels, exemplars)
+        try:
+            if c.text is not None:
+                canary = Canary(c.type, c.text, label)
+            else:
+                canary = make_canary(c.type, rng, label=label, dataset_texts=[a for a, _ in all_ex],
+                                     heldout=heldout, tokenizer=lm)
+            attack = resolve_query(config.query, canary, labels, exemplars, template)
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.canary") from None
+        if t.type == "mechanism":
+            target = MechanismTarget(lm, t.mechanism, t.params, template, bug=t.bug)
+        elif t.type == "remote":
+            target = RemoteTarget(t.url, t.mechanism, dict(t.params), template, api_key=t.api_key,
+                                  white_box=t.white_box, seeded=t.seeded)
+        else:
+            noise = rnm_noise({**t.params, "partitions": t.params.get("partitions", 4)},
+                              max(config.dataset.size, int(t.params.get("partitions", 4))), t.bug)
+            vw, vo = t.votes_with, t.votes_without
+            if vw is None:
+                # One vote moves (tight-auditing Lemma 3.1, b = 1): [1, T-1] with, [0, T] without.
+                parts = int(t.params.get("partitions", 4))
+                vw, vo = np.zeros(len(attack.labels)), np.zeros(len(attack.labels))
+                other = attack.negative_index if attack.negative_index is not None else \
+                    next(i for i in range(len(attack.labels)) if i != attack.positive_index)
+                vw[attack.positive_index], vw[other] = 1, parts - 1
+                vo[other] = parts
+            target = SimulatedVotingTarget(vw, vo, noise)
+        tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
+        if not target.white_box:
+            tm = tuple(x for x in tm if x == "black-box") or tm
+        cc = CampaignConfig(trials=config.trials, insertion=config.insertion, threat_models=tm, mode=config.mode,
+                            confidence=config.confidence, delta=config.delta,
+                            threshold_fraction=config.threshold_fraction, objective=config.objective,
+                            statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample)
+        try:
+            res = run_campaign(target, exemplars, canary, config.query, task_labels=labels, template=template,
+                               config=cc, rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
+        except RuntimeError as exc:  # the remote gateway refused
+            raise JobError(str(exc), code="target_error") from None
+        finally:
+            if isinstance(target, RemoteTarget):
+                target.close()
+        ctx.progress(0.92, "writing artifacts")
+        out = res.to_dict()
+        out["trials_total"] = len(res.trials)
+        out["trials"] = res.trials[:200]  # all of them in trials.csv
+        out["summary"] = summary(res)
+        out["exemplar_count"] = len(exemplars)
+        out["epsilon_theory"] = res.epsilon_claimed
+        self._artifacts(ctx, res, out)
+        ctx.progress(1.0, "done")
+        return out
+
+    def _artifacts(self, ctx: JobContext, res, out: dict[str, Any]) -> None:
+        from app.audit import plots
+
+        ctx.add_artifact("trials.csv", "text/csv", _rows_csv(res.trials))
+        rows = []
+        for tm, e in res.estimates.items():
+            d = e.to_dict()
+            d.pop("assumptions", None)
+            rows.append(d)
+        ctx.add_artifact("estimates.csv", "text/csv", _rows_csv(rows))
+        title = f"{res.attack.strategy} / {res.attack.canary.kind} canary on {res.target}"
+        try:
+            if res.statistic_with is not None and len(res.statistic_with) and len(res.statistic_without):
+                bb = res.estimates.get("black-box")
+                ctx.add_artifact("roc.png", "image/png", plots.roc_png(
+                    res.statistic_with, res.statistic_without, title=title,
+                    black_box_point=None if bb is None else (bb.fpr, bb.tpr)))
+                ctx.add_artifact("histogram.png", "image/png", plots.histogram_png(
+                    res.statistic_with, res.statistic_without, title=title, threshold=res.threshold))
+            if res.bootstrap is not None:
+                ctx.add_artifact("convergence.csv", "text/csv", _rows_csv(res.bootstrap.convergence))
+                ctx.add_artifact("convergence.png", "image/png", plots.convergence_png(
+                    res.bootstrap.convergence, title=f"bootstrap: {title}", epsilon_theory=res.epsilon_claimed))
+        except Exception as exc:  # a plot never fails the job; say why it is missing
+            log.warning("canary_mia job %s: no plot (%s)", ctx.job_id, exc)
+            out.setdefault("warnings", []).append(f"no plot: {type(exc).__name__}: {exc}")
+
+
+def _rows_csv(rows: list[dict[str, Any]]) -> bytes:
+    buf = io.StringIO()
+    if rows:
+        cols: list[str] = []
+        for r in rows:
+            cols.extend(k for k in r if k not in cols)
+        w = csv.writer(buf)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([_cell(r.get(k)) for k in cols])
+    return buf.getvalue().encode()
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ""
+    if isinstance(v, (list, tuple)):
+        return " ".join(_cell(x) for x in v)
+    return str(v)
