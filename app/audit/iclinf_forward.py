@@ -23,8 +23,9 @@ one call for the whole family.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class TrieCounts:
     forward_calls: int = 0
     path: str = "trie"  # "trie" or "plain"
 
-    def add(self, other: "TrieCounts") -> None:
+    def add(self, other: TrieCounts) -> None:
         for k in ("rows", "tokens_naive", "tokens_minimum", "tokens_computed", "forward_calls"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-__all__ = ["log_normalize", "renyi_divergence", "renyi_symmetric", "max_abs_log_ratio"]
+__all__ = ["log_normalize", "max_abs_log_ratio", "renyi_divergence", "renyi_symmetric"]
 
 
 def log_normalize(logits: np.ndarray) -> np.ndarray:
