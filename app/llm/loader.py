@@ -27,7 +27,7 @@ from .types import Embedder, LanguageModel, ModelSpec
 
 log = logging.getLogger(__name__)
 
-_BACKENDS = ("hf",)
+_BACKENDS = ("hf", "remote")
 _threads_lock = threading.Lock()
 
 
@@ -173,6 +173,10 @@ def load_model(
         )
     if spec.kind not in ("lm", "embedder"):
         raise ModelLoadError(f"model {spec.name!r}: kind must be 'lm' or 'embedder', not {spec.kind!r}")
+    if spec.backend == "remote":  # an OpenAI-compatible server (remote.py); no torch, no cache
+        from .remote import load_remote
+
+        return load_remote(spec)
     cache = Path(os.path.expanduser(os.fspath(cache_dir)))
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
