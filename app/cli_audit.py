@@ -248,6 +248,8 @@ def run(
                                          help="part of the idempotency key, e.g. $CI_PIPELINE_ID"),
     webhook_url: Optional[str] = typer.Option(None, "--webhook-url", help="also POST the final job JSON here"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
+    retries: int = typer.Option(8, "--retries", min=0, max=50,
+                                help="retries per request on network errors, 429 and 5xx (with back-off)"),
 ) -> None:
     """Submit an audit and, with --wait, exit 0 (within the claim), 1 (violation), 2 (error) or 3 (timeout)."""
     t0 = time.monotonic()
@@ -264,7 +266,7 @@ def run(
             body["claimed_delta"] = claimed_delta
         if webhook_url:
             body["webhook_url"] = webhook_url
-        client = Client(server, deadline)
+        client = Client(server, deadline, max_retries=retries)
         key = idempotency_key(body, run_id)
         r = client.request("POST", "/v1/audits", json=body, headers={"Idempotency-Key": key})
         if r.status_code not in (200, 202):

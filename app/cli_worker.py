@@ -38,7 +38,7 @@ def register(cli: typer.Typer) -> None:
         _configure_logging(settings.log_level)
         log = logging.getLogger("dpicl.worker")
         try:
-            rt = Runtime.create(settings)
+            rt = _create_runtime(settings, log)
         except Exception as exc:
             typer.echo(f"dpicl: cannot open the database: {type(exc).__name__}: {exc}", err=True)
             raise typer.Exit(2)
@@ -55,3 +55,34 @@ def register(cli: typer.Typer) -> None:
             pass
         finally:
             rt.close()
+
+
+def _create_runtime(settings, log, attempts: int = 5):
+    """Runtime.create, which migrates on start-up: workers started side by side take turns
+    (an advisory lock), and a race with a server migrating at the same moment is retried."""
+    import time
+    from contextlib import contextmanager
+
+    import psycopg
+
+    from app.jobs.pg_transport import conninfo
+    from app.runtime import Runtime
+
+    @contextmanager
+    def migration_lock():
+        with psycopg.connect(conninfo(settings.database_url), autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (4_711_402_027,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (4_711_402_027,))
+
+    for attempt in range(1, attempts + 1):
+        try:
+            with migration_lock():
+                return Runtime.create(settings)
+        except Exception as exc:
+            if attempt == attempts:
+                raise
+            log.warning("database set-up failed (%s: %s); retrying", type(exc).__name__, str(exc).splitlines()[0])
+            time.sleep(attempt)

@@ -91,9 +91,7 @@ def create_job(
             raise IdempotencyConflict(job.id)
         return job
 
-    found = existing()
-    if found is not None:
-        return found, False
+    # Optimistic: insert first (a new key is the common case); on a unique-key clash, read the winner.
     job = AuditJob(
         id=new_id("job"),
         tenant_id=tenant_id,
@@ -116,7 +114,6 @@ def create_job(
     try:
         s.commit()
     except IntegrityError:
-        # A concurrent request with the same key won the insert.
         s.rollback()
         found = existing()
         if found is None:

@@ -99,6 +99,22 @@ def test_killed_server_retries_interrupted_jobs_fails_exhausted_ones_and_runs_th
             p.stop()
 
 
+def _insert_queued(url: str, config: dict) -> str:
+    """A queued row with no procrastinate job: what a server killed between commit and defer leaves."""
+    db = Database(url)
+    try:
+        with db.session() as s:
+            job, _ = repo.create_job(s, kind="sleep", config=config, claimed_epsilon=None, claimed_delta=None,
+                                     webhook_url=None, idempotency_key=None, request_hash="x", max_attempts=2)
+        return job.id
+    finally:
+        db.dispose()
+
+
+def _wait_row(url: str, job_id: str, timeout: float, pred):
+    return wait_for(lambda: (lambda r: r if pred(r) else None)(_row(url, job_id)), timeout, f"row {job_id}")
+
+
 @pytest.mark.skipif("postgres" not in DB_KINDS, reason="PostgreSQL skipped (DPICL_TEST_SKIP_POSTGRES=1)")
 def test_procrastinate_workers_survive_kill_9_of_a_worker_and_the_server(pg_databases, tmp_path):
     from tests.jobs.conftest import Proc
@@ -108,42 +124,40 @@ def test_procrastinate_workers_survive_kill_9_of_a_worker_and_the_server(pg_data
     log = tmp_path / "procs.log"
     procs: list = []
     try:
-        # Start the server and two workers side by side (process start-up dominates this test).
-        workers = {n: Proc(["worker", "--name", n], env, log) for n in ("w1", "w2")}
+        # The server and three workers start side by side, each migrating the empty database
+        # (process start-up dominates this test).
+        workers = {n: Proc(["worker", "--name", n], env, log) for n in ("w1", "w2", "w3")}
         procs += workers.values()
         srv, base = start_server(env, log)
         procs.append(srv)
         with httpx.Client(base_url=base, timeout=10) as c:
             assert c.get("/v1/health").json()["extras"]["job_runner"] == "procrastinate"
-            a = submit(c, config={"steps": 25, "step_seconds": 0.1})
-            b = submit(c, config={"steps": 2, "step_seconds": 0.01})
-            _running_with_progress(c, a["id"], 1)
-        victim = _row(url, a["id"]).worker_id
-        survivor = "w2" if victim == "w1" else "w1"
-        workers[victim].kill9()
-        srv.kill9()
-        assert _row(url, a["id"]).status == "running"  # nobody left to say otherwise
+            a = submit(c, config={"steps": 25, "step_seconds": 0.1})["id"]
+            b = submit(c, config={"steps": 2, "step_seconds": 0.01})["id"]
+            _running_with_progress(c, a, 1)
+        victim = _row(url, a).worker_id
+        workers.pop(victim).kill9()
+        srv.kill9()  # the server is gone for the rest of the test: rows are read from SQL
+        assert _row(url, a).status == "running"  # nobody left to say otherwise
+        # A job committed by a server that died before deferring it.
+        c_id = _insert_queued(url, {"steps": 2, "step_seconds": 0.01})
 
-        workers["w3"] = Proc(["worker", "--name", "w3"], env, log)
-        procs.append(workers["w3"])
-        srv, base = start_server(env, log)
-        procs.append(srv)
-        with httpx.Client(base_url=base, timeout=10) as c:
-            done = wait_job(c, a["id"], timeout=60)
-            assert done["status"] == "succeeded" and done["attempts"] == 2 and done["result"]["attempt"] == 2
-            assert _row(url, a["id"]).worker_id in (survivor, "w3")
-            assert wait_job(c, b["id"], timeout=30)["status"] == "succeeded"
+        done = _wait_row(url, a, 60, lambda r: r.status in ("succeeded", "failed"))
+        assert done.status == "succeeded" and done.attempts == 2 and done.result["attempt"] == 2
+        assert done.worker_id in workers
+        for j in (b, c_id):
+            assert _wait_row(url, j, 30, lambda r: r.status != "queued" and r.status != "running").status == "succeeded"
 
-            # A graceful stop (SIGTERM) hands the running job back; another worker finishes it,
-            # and the interrupted attempt does not count.
-            e = submit(c, config={"steps": 40, "step_seconds": 0.1})
-            _running_with_progress(c, e["id"], 1)
-            owner = _row(url, e["id"]).worker_id
-            workers[owner].p.send_signal(signal.SIGTERM)
-            assert workers[owner].p.wait(timeout=30) == 0
-            done = wait_job(c, e["id"], timeout=40)
-            assert done["status"] == "succeeded" and done["attempts"] == 1, done
-            assert _row(url, e["id"]).worker_id not in (owner, victim)
+        # A graceful stop (SIGTERM) hands the running job back; the other worker finishes it,
+        # and the interrupted attempt does not count.
+        e = _insert_queued(url, {"steps": 40, "step_seconds": 0.1})
+        row = _wait_row(url, e, 30, lambda r: r.status == "running" and r.progress > 0)
+        owner = row.worker_id
+        workers[owner].p.send_signal(signal.SIGTERM)
+        assert workers[owner].p.wait(timeout=30) == 0
+        done = _wait_row(url, e, 40, lambda r: r.status in ("succeeded", "failed"))
+        assert done.status == "succeeded" and done.attempts == 1
+        assert done.worker_id not in (owner, victim)
 
         # procrastinate's own rows do not stay "doing" for the dead worker.
         import psycopg

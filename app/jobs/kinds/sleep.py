@@ -24,6 +24,8 @@ class SleepConfig(BaseModel):
     fail_at_step: int | None = Field(default=None, ge=0)
     fail_message: str = "the sleep job failed on purpose"
     artifacts: bool = False
+    # Spin the CPU (holding the GIL) instead of sleeping: the worst case for the server's event loop.
+    busy: bool = False
 
 
 @register
@@ -37,7 +39,12 @@ class SleepKind(JobKind):
         for i in range(config.steps):
             if config.fail_at_step is not None and i == config.fail_at_step:
                 raise JobError(config.fail_message)
-            time.sleep(config.step_seconds)
+            if config.busy:
+                end = time.perf_counter() + config.step_seconds
+                while time.perf_counter() < end:
+                    pass
+            else:
+                time.sleep(config.step_seconds)
             ctx.progress((i + 1) / config.steps, f"step {i + 1} of {config.steps}")
         if config.fail_at_step is not None and config.fail_at_step >= config.steps:
             raise JobError(config.fail_message)
