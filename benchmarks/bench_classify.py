@@ -61,16 +61,23 @@ def load_lm(threads: int):
     return load_model(spec, cache_dir=cache, device="cpu", dtype="float32")
 
 
-def score(lm, ds, contexts: list[list[tuple[str, str]]], queries: list[str]) -> np.ndarray:
-    """(len(contexts), len(queries), K): label distributions, one model call per context
-    (the context is the prompts' shared prefix)."""
+CALIBRATE = False  # set from --calibrate
+
+
+def score(lm, ds, contexts: list[list[tuple[str, str]]], queries: list[str]) -> dict[str, np.ndarray]:
+    """{"raw": (len(contexts), len(queries), K)} label distributions, plus "cal" (contextual
+    calibration) with --calibrate; one model call per context (the context is the prompts'
+    shared prefix; its three content-free twins are shared by all queries, so calibration
+    adds 3 prompts per call, and the same call gives both variants)."""
     from app.icl import ICLPrompt, score_labels
 
-    out = []
+    raw, cal = [], []
     for ctx in contexts:
         prompts = [ICLPrompt.of(ctx, q) for q in queries]
-        out.append(score_labels(lm, prompts, ds.labels, template=ds.template).probs)
-    return np.stack(out)
+        sc = score_labels(lm, prompts, ds.labels, template=ds.template, calibrate=CALIBRATE)
+        raw.append(sc.uncalibrated)
+        cal.append(sc.probs)
+    return {"raw": np.stack(raw), **({"cal": np.stack(cal)} if CALIBRATE else {})}
 
 
 def draw(ds, rng: np.random.Generator, n_queries: int, validation: bool):
@@ -138,27 +145,29 @@ def run_utility(args) -> dict[str, Any]:
     for seed in range(args.seeds):
         rng = np.random.default_rng(1000 + seed)
         ex, queries, truth = draw(ds, rng, args.queries, validation=False)
-        one_shot = score(lm, ds, [[e] for e in ex], queries)  # (8, Q, K)
-        zs = score(lm, ds, [[]], queries)[0]
-        add("zero_shot", float(np.mean(zs.argmax(1) == truth)))
-        for t in TS:
-            icl = score(lm, ds, [ex[:t]], queries)[0]
-            add(f"icl|T={t}", float(np.mean(icl.argmax(1) == truth)))
-            add(f"votes, no noise|T={t}", no_noise_accuracy("votes", one_shot, truth, t, clip))
-            add(f"PoE, no noise|T={t}", no_noise_accuracy("poe", one_shot, truth, t, clip))
-            for eps in EPSILONS:
-                add(f"rnm|T={t}|eps={eps:g}", expected_accuracy(
-                    rnm, one_shot, truth, ds.labels, {"epsilon": eps, "delta": DELTA, "exact_distribution": True}, t))
-                add(f"rnm-gumbel|T={t}|eps={eps:g}", expected_accuracy(
-                    rnm, one_shot, truth, ds.labels, {"epsilon": eps, "noise": "gumbel"}, t))
-                add(f"poe|T={t}|eps={eps:g}", expected_accuracy(
-                    poe, one_shot, truth, ds.labels, {"epsilon": eps, "clip": clip}, t))
+        one_all = score(lm, ds, [[e] for e in ex], queries)  # (8, Q, K) per variant
+        zs_all = score(lm, ds, [[]], queries)
+        icl_all = {t: score(lm, ds, [ex[:t]], queries) for t in TS}
+        for variant, one_shot in one_all.items():
+            v = "" if variant == "raw" else "cal:"
+            add(f"{v}zero_shot", float(np.mean(zs_all[variant][0].argmax(1) == truth)))
+            for t in TS:
+                add(f"{v}icl|T={t}", float(np.mean(icl_all[t][variant][0].argmax(1) == truth)))
+                add(f"{v}votes, no noise|T={t}", no_noise_accuracy("votes", one_shot, truth, t, clip))
+                add(f"{v}PoE, no noise|T={t}", no_noise_accuracy("poe", one_shot, truth, t, clip))
+                for eps in EPSILONS:
+                    add(f"{v}rnm|T={t}|eps={eps:g}", expected_accuracy(
+                        rnm, one_shot, truth, ds.labels, {"epsilon": eps, "delta": DELTA, "exact_distribution": True}, t))
+                    add(f"{v}rnm-gumbel|T={t}|eps={eps:g}", expected_accuracy(
+                        rnm, one_shot, truth, ds.labels, {"epsilon": eps, "noise": "gumbel"}, t))
+                    add(f"{v}poe|T={t}|eps={eps:g}", expected_accuracy(
+                        poe, one_shot, truth, ds.labels, {"epsilon": eps, "clip": clip}, t))
         print(f"seed {seed} done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
     return {"rows": rows, "clip": clip, "seconds": time.perf_counter() - t0}
 
 
-def table_utility(res: dict[str, Any]) -> str:
-    rows = res["rows"]
+def table_utility(res: dict[str, Any], v: str = "") -> str:
+    rows = {k[len(v):]: x for k, x in res["rows"].items() if k.startswith(v) and (v or not k.startswith("cal:"))}
     lines = ["| mechanism | T | " + " | ".join(f"eps={e:g}" for e in EPSILONS) + " | no DP |", "|---|---|" + "---|" * (len(EPSILONS) + 1)]
     lines.append(f"| zero_shot | 0 | " + " | ".join("" for _ in EPSILONS) + f" | {fmt(rows['zero_shot'])} |")
     for t in TS:
@@ -182,26 +191,30 @@ def run_sweep(args) -> dict[str, Any]:
     for seed in range(args.seeds):
         rng = np.random.default_rng(2000 + seed)
         ex, queries, truth = draw(ds, rng, args.queries, validation=True)
-        one_shot = score(lm, ds, [[e] for e in ex], queries)
-        for c in CLIPS:
-            for t in TS:
-                for eps in EPSILONS:
-                    rows.setdefault(f"{c:g}|{t}|{eps:g}", []).append(
-                        expected_accuracy(poe, one_shot, truth, ds.labels, {"epsilon": eps, "clip": c}, t))
+        for variant, one_shot in score(lm, ds, [[e] for e in ex], queries).items():
+            v = "" if variant == "raw" else "cal:"
+            for c in CLIPS:
+                for t in TS:
+                    for eps in EPSILONS:
+                        rows.setdefault(f"{v}{c:g}|{t}|{eps:g}", []).append(
+                            expected_accuracy(poe, one_shot, truth, ds.labels, {"epsilon": eps, "clip": c}, t))
         print(f"seed {seed} done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
-    means = {c: statistics.fmean(statistics.fmean(rows[f"{c:g}|{t}|{e:g}"]) for t in TS for e in EPSILONS) for c in CLIPS}
-    best = max(CLIPS, key=lambda c: means[c])
-    return {"rows": rows, "mean_over_settings": {f"{c:g}": v for c, v in means.items()}, "best_clip": best,
-            "seconds": time.perf_counter() - t0}
+    out: dict[str, Any] = {"rows": rows, "seconds": time.perf_counter() - t0}
+    for v in (["", "cal:"] if CALIBRATE else [""]):
+        means = {c: statistics.fmean(statistics.fmean(rows[f"{v}{c:g}|{t}|{e:g}"]) for t in TS for e in EPSILONS)
+                 for c in CLIPS}
+        out[f"{v}mean_over_settings"] = {f"{c:g}": m for c, m in means.items()}
+        out[f"{v}best_clip"] = max(CLIPS, key=lambda c: means[c])
+    return out
 
 
-def table_sweep(res: dict[str, Any]) -> str:
-    rows = res["rows"]
+def table_sweep(res: dict[str, Any], v: str = "") -> str:
+    rows = {k[len(v):]: x for k, x in res["rows"].items() if k.startswith(v) and (v or not k.startswith("cal:"))}
     head = "| c | " + " | ".join(f"T={t} eps={e:g}" for t in TS for e in EPSILONS) + " | mean |"
     lines = [head, "|---|" + "---|" * (len(TS) * len(EPSILONS) + 1)]
     for c in CLIPS:
         cells = [fmt(rows[f"{c:g}|{t}|{e:g}"]) for t in TS for e in EPSILONS]
-        lines.append(f"| {c:g} | " + " | ".join(cells) + f" | {100 * res['mean_over_settings'][f'{c:g}']:.1f} |")
+        lines.append(f"| {c:g} | " + " | ".join(cells) + f" | {100 * res[v + 'mean_over_settings'][f'{c:g}']:.1f} |")
     return "\n".join(lines)
 
 
@@ -240,18 +253,25 @@ def main(argv=None) -> int:
     ap.add_argument("--clip", type=float, default=None, help="PoE clip for 'utility' (default: DEFAULT_CLIP)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared machine)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
+    ap.add_argument("--calibrate", action="store_true", help="contextual calibration (Zhao et al. 2021) everywhere")
     args = ap.parse_args(argv)
+    global CALIBRATE
+    CALIBRATE = args.calibrate
+    variants = ["", "cal:"] if args.calibrate else [""]
     if args.what == "utility":
         res = run_utility(args)
-        print(table_utility(res))
+        for v in variants:
+            print(f"\n{'calibrated' if v else 'uncalibrated'} (PoE clip {res['clip']:g})\n" + table_utility(res, v))
     elif args.what == "sweep-clip":
         res = run_sweep(args)
-        print(table_sweep(res))
-        print(f"\nbest clip (mean over T and eps): {res['best_clip']:g}")
+        for v in variants:
+            print(f"\n{'calibrated' if v else 'uncalibrated'}\n" + table_sweep(res, v))
+            print(f"best clip (mean over T and eps): {res[v + 'best_clip']:g}")
     else:
         res = run_latency(args)
         print(json.dumps(res, indent=2))
     res["machine"] = {"python": platform.python_version(), "cpu_count": os.cpu_count(), "threads": args.threads,
+                      "calibrate": args.calibrate,
                       "load_avg": os.getloadavg(), "seeds": args.seeds, "queries": args.queries}
     print(f"\n{res['machine']}", file=sys.stderr)
     if args.json:

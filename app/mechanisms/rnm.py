@@ -186,10 +186,8 @@ class RNM(Mechanism):
 
     def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
         p = self.parse_params(params)
-        if n_exemplars is None:
-            if p.partitions is None:
-                raise MechanismParamError("needed to resolve partitions", param="n_exemplars")
-            n_exemplars = p.partitions * p.shots_per_partition
+        if n_exemplars is None:  # the noise does not depend on n; n only validates the partitioning
+            n_exemplars = (p.partitions or 1) * p.shots_per_partition
         plan = plan_noise(p, n_exemplars)
         return self._cost(plan, p)
 
