@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""Generate the bundled classification task ``support_intents``.
+"""Generate the bundled classification tasks (seeded, reproducible byte for byte).
 
-Short customer-support messages to an online shop, labelled with one of five
-intents: billing, shipping, refund, technical, account. Texts are composed
-from hand-written message frames and vocabularies with a seeded
-``random.Random``, so the output is reproducible byte for byte:
+* ``assistant_intents`` (the default task): short requests to a home voice
+  assistant, five intents: weather, music, alarm, lights, shopping (in the
+  spirit of the SNIPS and CLINC intent benchmarks). Many frames are indirect
+  ("It's too dark in the kitchen", "Get me up at 6 on Monday") so that the
+  intent is not always spelled out by its label word.
+* ``support_intents``: short customer-support messages to an online shop,
+  five intents: billing, shipping, refund, technical, account. Harder: the
+  bundled 135M model barely learns it in context (docs/icl.md).
 
-    python scripts/make_bundled_task.py            # writes app/icl/data/support_intents.jsonl
-    python scripts/make_bundled_task.py --check    # fails if the committed file differs
+Texts are composed from hand-written frames and vocabularies with a seeded
+``random.Random``:
+
+    python scripts/make_bundled_task.py            # writes app/icl/data/<task>.jsonl for both tasks
+    python scripts/make_bundled_task.py --check    # exit 1 if a committed file differs
 
 Each JSONL row: ``{"input": ..., "output": ..., "split": "train" | "test"}``.
-The split is fixed here (stratified per label) and shipped with the file; the
-same frame may appear in both splits with different fillers, as with real
-support tickets, but no text appears twice.
+The split is fixed here (stratified: 80 train / 40 test per label, 600 rows)
+and ships with the file. A frame may appear in both splits with different
+fillers, as the same phrasing recurs across real users; no text appears twice.
 
-Label words were chosen to be one token each, with a leading space, in the
-SmolLM2 tokenizer (" billing", " shipping", " refund", " technical",
-" account").
+Label words are one token each, with a leading space, in the SmolLM2
+tokenizer (" weather", " music", " alarm", " lights", " shopping";
+" billing", " shipping", " refund", " technical", " account").
 """
 
 from __future__ import annotations
@@ -24,68 +31,307 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 from pathlib import Path
+from typing import Callable
 
 SEED = 20240611
-PER_LABEL = 120  # 600 messages in all
+PER_LABEL = 120  # 600 requests in all
 TEST_PER_LABEL = 40  # 200 test, 400 train
-OUT = Path(__file__).resolve().parents[1] / "app" / "icl" / "data" / "support_intents.jsonl"
 
-PRODUCTS = [
+CITIES = ["Boston", "Madrid", "Chicago", "Lisbon", "Denver", "Seattle", "Toronto", "Austin", "Dublin",
+          "Oslo", "Phoenix", "Miami", "Nairobi", "Osaka", "Berlin", "Cape Town"]
+PLACES = ["the beach", "the lake", "the mountains", "the park", "the stadium", "my parents' place", "the cabin",
+          "the airport", "downtown", "the campsite"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+WHEN = ["today", "tonight", "tomorrow", "this afternoon", "this weekend", "tomorrow morning", "on Saturday",
+        "on Friday night", "later today", "next week"]
+ACTIVITIES = ["my run", "the barbecue", "the picnic", "my bike ride", "the soccer game", "the wedding",
+              "our hike", "the school trip", "a walk with the dog", "washing the car"]
+ARTISTS = ["Adele", "the Beatles", "Taylor Swift", "Miles Davis", "Bob Marley", "Coldplay", "Beyonce",
+           "Nina Simone", "Daft Punk", "Ed Sheeran", "Fleetwood Mac", "Bach", "Drake", "Queen"]
+GENRES = ["jazz", "classical music", "hip hop", "country", "reggae", "lo-fi beats", "rock", "blues",
+          "eighties pop", "bossa nova", "piano music", "salsa"]
+PLAYLISTS = ["workout", "road trip", "dinner party", "focus", "sleep", "Sunday morning", "running", "study"]
+MOODS = ["relaxing", "upbeat", "calm", "happy", "mellow", "energetic"]
+TIMES = ["6", "6:30", "7", "5:45", "7:15", "8", "4:30", "9", "6:50", "5"]
+DURATIONS = ["ten minutes", "twenty minutes", "half an hour", "an hour", "five minutes", "fifteen minutes"]
+ALARM_NAMES = ["gym", "meds", "school run", "early shift", "flight", "yoga"]
+ROOMS = ["kitchen", "bedroom", "living room", "hallway", "bathroom", "office", "garage", "dining room",
+         "kids' room", "basement", "guest room", "garden"]
+COLORS = ["blue", "warm white", "red", "purple", "green", "soft orange"]
+PERCENT = ["10", "20", "30", "40", "50", "70", "80"]
+ITEMS = ["milk", "eggs", "bread", "bananas", "coffee beans", "paper towels", "dish soap", "dog food",
+         "olive oil", "rice", "toothpaste", "batteries", "cat litter", "oat milk", "tomatoes", "butter",
+         "laundry detergent", "trash bags", "yogurt", "apples", "pasta", "shampoo"]
+STORES = ["the grocery store", "the supermarket", "Costco", "the pharmacy", "the market"]
+
+
+def _fill(rng: random.Random) -> dict[str, str]:
+    a, b = rng.sample(ITEMS, 2)
+    room, room2 = rng.sample(ROOMS, 2)
+    return {
+        "city": rng.choice(CITIES), "place": rng.choice(PLACES), "day": rng.choice(DAYS),
+        "when": rng.choice(WHEN), "activity": rng.choice(ACTIVITIES), "artist": rng.choice(ARTISTS),
+        "genre": rng.choice(GENRES), "playlist": rng.choice(PLAYLISTS), "mood": rng.choice(MOODS),
+        "time": rng.choice(TIMES), "duration": rng.choice(DURATIONS), "alarm_name": rng.choice(ALARM_NAMES),
+        "room": room, "room2": room2, "color": rng.choice(COLORS),
+        "pct": rng.choice(PERCENT), "item": a, "item2": b, "store": rng.choice(STORES),
+        "n": str(rng.randint(2, 4)),
+    }
+
+
+FRAMES: dict[str, list[str]] = {
+    "weather": [
+        "will it rain in {city} {when}?",
+        "do I need a jacket {when}?",
+        "how hot is it going to get {when}?",
+        "what's the forecast for {day}?",
+        "is it going to snow {when}?",
+        "how windy is it at {place} right now?",
+        "should I bring an umbrella {when}?",
+        "what's the temperature outside?",
+        "is there a storm coming {when}?",
+        "will it be sunny in {city} on {day}?",
+        "how cold will it be {when}?",
+        "is it humid in {city} {when}?",
+        "any chance of frost {when}?",
+        "what's it going to be like for {activity} {when}?",
+        "is it nice enough for {activity} {when}?",
+        "will the rain stop before {activity}?",
+        "is it freezing outside right now?",
+        "how much snow are they expecting in {city}?",
+        "what time is sunset {when}?",
+        "do I need sunscreen for {place} {when}?",
+        "is it going to be cloudy {when}?",
+        "tell me the forecast for {city}",
+        "are we getting a heat wave {when}?",
+        "how foggy is it near {place}?",
+        "will it clear up by {day}?",
+    ],
+    "music": [
+        "play some {genre} in the {room}",
+        "put on my {playlist} playlist",
+        "skip this song",
+        "play the latest album by {artist}",
+        "turn the volume up a bit",
+        "what song is this?",
+        "play something {mood} for dinner",
+        "shuffle my liked songs",
+        "play {artist}",
+        "pause the music",
+        "add this track to my {playlist} playlist",
+        "play {genre} for studying",
+        "play that song again",
+        "I want to hear some {genre}",
+        "put on something {mood}",
+        "who sings this one?",
+        "play the radio in the {room}",
+        "start my {playlist} mix",
+        "next track",
+        "play {artist}'s greatest hits",
+        "turn the music down, it's too loud",
+        "play something by {artist} in the {room}",
+        "I'm in the mood for {genre}",
+        "put some {mood} tunes on",
+        "play the top songs of this week",
+    ],
+    "alarm": [
+        "wake me up at {time} tomorrow",
+        "set an alarm for {time} am",
+        "cancel my morning alarm",
+        "snooze for {duration}",
+        "wake me up in {duration}",
+        "change my alarm to {time}",
+        "set a weekday alarm for {time}",
+        "turn off all my alarms for {day}",
+        "what time is my alarm set for?",
+        "I need to get up at {time} for my flight",
+        "set an alarm called {alarm_name} at {time}",
+        "delete the {time} alarm",
+        "make my alarm louder",
+        "wake me up an hour earlier tomorrow",
+        "get me up at {time} on {day}",
+        "do I have an alarm set for tomorrow?",
+        "set {n} alarms, starting at {time}",
+        "I have to be up by {time}",
+        "move my {alarm_name} alarm to {time}",
+        "don't let me oversleep tomorrow, {time} please",
+        "remind me to get up at {time}",
+        "stop the alarm",
+        "turn off the {alarm_name} alarm",
+        "set my alarm for {time} every day",
+        "I want to wake up at {time} on {day}",
+    ],
+    "lights": [
+        "turn off the {room} lights",
+        "dim the {room} lights to {pct} percent",
+        "switch on the porch light",
+        "make the {room} lights warmer",
+        "turn all the lights off downstairs",
+        "set the lamp in the {room} to {color}",
+        "are the {room} lights still on?",
+        "brighten the {room} lights",
+        "turn on the lights in the {room} at sunset",
+        "switch off the light in the {room}",
+        "it's too dark in the {room}",
+        "turn the desk lamp on",
+        "make it brighter in here",
+        "lights off in {duration}",
+        "turn the {room} and {room2} lights on",
+        "set the {room} to {pct} percent brightness",
+        "can you turn the lamp off?",
+        "change the {room} lights to {color}",
+        "it's too bright in the {room}",
+        "turn on the night light in the {room}",
+        "switch everything off in the {room}",
+        "light up the {room}",
+        "did I leave the {room} light on?",
+        "make the {room} a bit darker",
+        "turn the lights on, I just got home",
+    ],
+    "shopping": [
+        "add {item} to my shopping list",
+        "put {item} and {item2} on the grocery list",
+        "what's on my shopping list?",
+        "remove {item} from the list",
+        "order more {item}",
+        "add {item} to my list",
+        "reorder my usual {item}",
+        "clear my shopping list",
+        "do I have {item} on my list?",
+        "add {n} packs of {item} to the cart",
+        "buy more {item}",
+        "put {item} on the shopping list",
+        "we're out of {item}",
+        "I need to pick up {item} at {store}",
+        "add {item} for the weekend",
+        "take {item} off my list",
+        "send my grocery list to my phone",
+        "we're running low on {item} and {item2}",
+        "order {item} for delivery tomorrow",
+        "remind me to buy {item} at {store}",
+        "what do I still need to get at {store}?",
+        "add {item} to the {store} list",
+        "make a new list for {store}",
+        "don't forget {item} next time I shop",
+        "get {item} and {item2} from {store}",
+    ],
+}
+
+OPENERS = ["", "", "", "", "", "", "hey, ", "okay, ", "please ", "can you ", "could you ", "hi, "]
+CLOSERS = ["", "", "", "", "", ", please", ", thanks", ", thank you"]
+ASKS = ("can you ", "could you ", "please ")  # need a verb-first frame after them
+
+
+def _sentence_case(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+def _request(rng: random.Random, frame: str) -> str:
+    f = _fill(rng)
+    body = frame.format(**f)
+    opener = rng.choice(OPENERS)
+    verb_first = not body.endswith("?") and body.split()[0] in (
+        "play", "put", "skip", "turn", "shuffle", "pause", "add", "start", "set", "cancel", "snooze", "wake",
+        "change", "delete", "make", "get", "move", "remind", "stop", "dim", "switch", "brighten", "light",
+        "remove", "order", "reorder", "clear", "buy", "take", "send", "tell")
+    if opener in ASKS and not verb_first:
+        opener = ""
+    closer = rng.choice(CLOSERS) if verb_first else ""
+    if opener in ("can you ", "could you ") and not body.endswith("?"):
+        text = _sentence_case(opener + body + closer) + "?"
+    else:
+        text = _sentence_case(opener + body + closer)
+        if not text.endswith("?") and rng.random() < 0.5:
+            text += "."
+    return text
+
+
+def _build(frames: dict[str, list[str]], make: Callable[[random.Random, str], str],
+           key: Callable[[str], str], seed: int = SEED) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    rows: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for label, label_frames in frames.items():
+        texts: list[str] = []
+        order = label_frames[:]
+        while len(texts) < PER_LABEL:  # round-robin over shuffled frames: each used 4-5 times
+            rng.shuffle(order)
+            for frame in order:
+                if len(texts) == PER_LABEL:
+                    break
+                for _ in range(50):  # retry until the filled text is new
+                    text = make(rng, frame)
+                    if key(text) not in seen:
+                        seen.add(key(text))
+                        texts.append(text)
+                        break
+        rng.shuffle(texts)
+        for i, text in enumerate(texts):
+            rows.append({"input": text, "output": label, "split": "test" if i < TEST_PER_LABEL else "train"})
+    rng.shuffle(rows)
+    return rows
+
+
+# ------------------------------------------------------------ support_intents
+# The first bundled task, kept for callers that name it: short customer-support
+# messages to an online shop (billing, shipping, refund, technical, account).
+# SmolLM2-135M barely learns it in context (docs/icl.md); larger models do.
+
+S_PRODUCTS = [
     "wireless headset", "pair of running shoes", "coffee maker", "phone case", "desk lamp",
     "winter jacket", "blender", "yoga mat", "backpack", "smartwatch", "bluetooth speaker",
     "office chair", "air fryer", "duvet cover", "laptop stand", "pair of rain boots", "water bottle",
     "electric kettle", "gaming mouse", "mechanical keyboard", "throw pillow", "pair of sunglasses", "toaster", "baby monitor", "vacuum cleaner", "picture frame", "tent",
     "rice cooker", "denim jacket", "wall clock", "kids' bike helmet", "cast iron pan",
 ]
-DEVICES = ["fitness tracker", "smart scale", "smart thermostat", "doorbell camera", "smartwatch",
+S_DEVICES = ["fitness tracker", "smart scale", "smart thermostat", "doorbell camera", "smartwatch",
            "smart lock", "smart plug", "e-reader", "robot vacuum", "smart bulb"]
-PHONES = ["iPhone", "Android phone", "Pixel", "Samsung tablet", "iPad", "work laptop", "Chromebook"]
-BROWSERS = ["Chrome", "Firefox", "Safari", "Edge"]
-APP_PAGES = ["cart", "wishlist", "order history", "checkout", "settings", "product", "search",
+S_PHONES = ["iPhone", "Android phone", "Pixel", "Samsung tablet", "iPad", "work laptop", "Chromebook"]
+S_BROWSERS = ["Chrome", "Firefox", "Safari", "Edge"]
+S_APP_PAGES = ["cart", "wishlist", "order history", "checkout", "settings", "product", "search",
              "home", "rewards", "saved addresses"]
-CARRIERS = ["UPS", "FedEx", "the postal service", "DHL", "the courier"]
-COUNTRIES = ["Canada", "Mexico", "Ireland", "Australia", "Japan", "Germany", "Brazil", "Norway"]
-CITIES = ["Chicago", "Lisbon", "Singapore", "Toronto", "Lagos", "Warsaw", "Denver", "Manila"]
-DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+S_CARRIERS = ["UPS", "FedEx", "the postal service", "DHL", "the courier"]
+S_COUNTRIES = ["Canada", "Mexico", "Ireland", "Australia", "Japan", "Germany", "Brazil", "Norway"]
+S_CITIES = ["Chicago", "Lisbon", "Singapore", "Toronto", "Lagos", "Warsaw", "Denver", "Manila"]
+S_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+S_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December"]
-HOLIDAYS = ["Christmas", "Thanksgiving", "my daughter's birthday", "Mother's Day",
+S_HOLIDAYS = ["Christmas", "Thanksgiving", "my daughter's birthday", "Mother's Day",
             "the long weekend", "Valentine's Day", "our wedding anniversary"]
-PLANS = [("basic", "premium"), ("monthly", "family"), ("starter", "pro"), ("student", "standard")]
-CARDS = ["Visa", "Mastercard", "Amex", "debit card", "credit card"]
-ERRORS = ["500", "403", "404", "E102", "E-17", "429", "502", "0x8004"]
-NAMES = ["Dana", "Priya", "Marco", "Lena", "Tom", "Aisha", "Kenji", "Sofia", "Jamal", "Olga"]
+S_PLANS = [("basic", "premium"), ("monthly", "family"), ("starter", "pro"), ("student", "standard")]
+S_CARDS = ["Visa", "Mastercard", "Amex", "debit card", "credit card"]
+S_ERRORS = ["500", "403", "404", "E102", "E-17", "429", "502", "0x8004"]
+S_NAMES = ["Dana", "Priya", "Marco", "Lena", "Tom", "Aisha", "Kenji", "Sofia", "Jamal", "Olga"]
 
 
-def _order(rng: random.Random) -> str:
+def _s_order(rng: random.Random) -> str:
     return rng.choice(["#", "", "order ", "no. "]) + str(rng.randint(100000, 999999))
 
 
-def _amount(rng: random.Random) -> str:
+def _s_amount(rng: random.Random) -> str:
     return f"${rng.randint(5, 240)}.{rng.choice(['00', '99', '49', '95', '50', '18'])}"
 
 
-def _fill(rng: random.Random) -> dict[str, str]:
-    plan = rng.choice(PLANS)
+def _s_fill(rng: random.Random) -> dict[str, str]:
+    plan = rng.choice(S_PLANS)
     return {
-        "product": rng.choice(PRODUCTS), "device": rng.choice(DEVICES),
-        "phone": rng.choice(PHONES), "browser": rng.choice(BROWSERS),
-        "page": rng.choice(APP_PAGES), "carrier": rng.choice(CARRIERS),
-        "country": rng.choice(COUNTRIES), "city": rng.choice(CITIES),
-        "day": rng.choice(DAYS), "month": rng.choice(MONTHS),
-        "holiday": rng.choice(HOLIDAYS), "plan": plan[0], "plan2": plan[1],
-        "card": rng.choice(CARDS), "error": rng.choice(ERRORS), "name": rng.choice(NAMES),
-        "order": _order(rng), "amount": _amount(rng), "amount2": _amount(rng),
+        "product": rng.choice(S_PRODUCTS), "device": rng.choice(S_DEVICES),
+        "phone": rng.choice(S_PHONES), "browser": rng.choice(S_BROWSERS),
+        "page": rng.choice(S_APP_PAGES), "carrier": rng.choice(S_CARRIERS),
+        "country": rng.choice(S_COUNTRIES), "city": rng.choice(S_CITIES),
+        "day": rng.choice(S_DAYS), "month": rng.choice(S_MONTHS),
+        "holiday": rng.choice(S_HOLIDAYS), "plan": plan[0], "plan2": plan[1],
+        "card": rng.choice(S_CARDS), "error": rng.choice(S_ERRORS), "name": rng.choice(S_NAMES),
+        "order": _s_order(rng), "amount": _s_amount(rng), "amount2": _s_amount(rng),
         "small": f"${rng.randint(3, 40)}.{rng.choice(['00', '99', '50'])}",
         "n": str(rng.randint(2, 12)), "n2": str(rng.randint(2, 4)),
         "code": rng.choice(["SAVE10", "WELCOME15", "SPRING20", "FREESHIP", "VIP25"]),
     }
 
 
-FRAMES: dict[str, list[str]] = {
+S_FRAMES: dict[str, list[str]] = {
     "billing": [
         "I was charged twice for {order}. Can you reverse one of the charges?",
         "There's a charge of {amount} on my {card} statement from you that I don't recognize.",
@@ -228,14 +474,14 @@ FRAMES: dict[str, list[str]] = {
     ],
 }
 
-OPENERS = ["", "", "", "", "Hi, ", "Hello, ", "Hey, ", "Hi there, ", "Good morning, ",
+S_OPENERS = ["", "", "", "", "Hi, ", "Hello, ", "Hey, ", "Hi there, ", "Good morning, ",
            "Hi team, ", "Quick question: ", "Hello support, ", "Hi, {name} here. ", "Urgent: "]
-CLOSERS = ["", "", "", "", " Thanks!", " Thank you.", " Thanks in advance.", " Please help.",
+S_CLOSERS = ["", "", "", "", " Thanks!", " Thank you.", " Thanks in advance.", " Please help.",
            " Appreciate it.", " This is really frustrating.", " Any update would help.",
            " Cheers, {name}", " Let me know asap.", " Thanks, {name}"]
 
 
-def _style(rng: random.Random, text: str) -> str:
+def _s_style(rng: random.Random, text: str) -> str:
     """Light, realistic noise: some people type in lower case or skip the final stop."""
     r = rng.random()
     if r < 0.12:
@@ -245,46 +491,31 @@ def _style(rng: random.Random, text: str) -> str:
     return text
 
 
-KEEP_CASE = {"I", "I'd", "I'm", "I've", "UPS", "FedEx", "DHL", "PayPal", "Google"}
+S_KEEP_CASE = {"I", "I'd", "I'm", "I've", "UPS", "FedEx", "DHL", "PayPal", "Google"}
 
 
-def _message(rng: random.Random, frame: str) -> str:
-    f = _fill(rng)
-    opener = rng.choice(OPENERS).format(**f)
+def _s_message(rng: random.Random, frame: str) -> str:
+    f = _s_fill(rng)
+    opener = rng.choice(S_OPENERS).format(**f)
     body = frame.format(**f)
     body = body[0].upper() + body[1:]
     first = body.split()[0].rstrip(",.?!")
-    if opener.endswith(", ") and first not in KEEP_CASE and not first[0].isdigit():
+    if opener.endswith(", ") and first not in S_KEEP_CASE and not first[0].isdigit():
         body = body[0].lower() + body[1:]  # "Hi, the app crashes..."
-    closer = rng.choice(CLOSERS).format(**f)
-    return _style(rng, (opener + body + closer).strip())
+    closer = rng.choice(S_CLOSERS).format(**f)
+    return _s_style(rng, (opener + body + closer).strip())
 
 
-def build(seed: int = SEED) -> list[dict[str, str]]:
-    rng = random.Random(seed)
-    rows: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for label, frames in FRAMES.items():
-        texts: list[str] = []
-        # Round-robin over shuffled frames so every frame is used 4-5 times.
-        order = frames[:]
-        while len(texts) < PER_LABEL:
-            rng.shuffle(order)
-            for frame in order:
-                if len(texts) == PER_LABEL:
-                    break
-                for _ in range(50):  # retry until the filled text is new
-                    text = _message(rng, frame)
-                    if text.lower() not in seen:
-                        seen.add(text.lower())
-                        texts.append(text)
-                        break
-        rng.shuffle(texts)
-        for i, text in enumerate(texts):
-            rows.append({"input": text, "output": label,
-                         "split": "test" if i < TEST_PER_LABEL else "train"})
-    rng.shuffle(rows)
-    return rows
+
+TASKS: dict[str, Callable[[], list[dict[str, str]]]] = {
+    "assistant_intents": lambda: _build(FRAMES, _request, lambda t: t.lower().rstrip(".?")),
+    "support_intents": lambda: _build(S_FRAMES, _s_message, str.lower),
+}
+DATA = Path(__file__).resolve().parents[1] / "app" / "icl" / "data"
+
+
+def build(task: str = "assistant_intents") -> list[dict[str, str]]:
+    return TASKS[task]()
 
 
 def render(rows: list[dict[str, str]]) -> str:
@@ -293,18 +524,26 @@ def render(rows: list[dict[str, str]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--check", action="store_true", help="exit 1 if --out differs from a fresh build")
+    ap.add_argument("--task", choices=[*TASKS, "all"], default="all")
+    ap.add_argument("--out", type=Path, default=None, help="output file (one task only); default app/icl/data/<task>.jsonl")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a written file differs from a fresh build")
     args = ap.parse_args()
-    text = render(build())
-    if args.check:
-        ok = args.out.exists() and args.out.read_text(encoding="utf-8") == text
-        print("up to date" if ok else f"{args.out} differs from a fresh build")
-        return 0 if ok else 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {len(text.splitlines())} rows to {args.out}")
-    return 0
+    tasks = list(TASKS) if args.task == "all" else [args.task]
+    if args.out is not None and len(tasks) != 1:
+        ap.error("--out needs one --task")
+    status = 0
+    for task in tasks:
+        out = args.out or DATA / f"{task}.jsonl"
+        text = render(build(task))
+        if args.check:
+            ok = out.exists() and out.read_text(encoding="utf-8") == text
+            print(f"{out}: " + ("up to date" if ok else "differs from a fresh build"))
+            status |= 0 if ok else 1
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {len(text.splitlines())} rows to {out}")
+    return status
 
 
 if __name__ == "__main__":

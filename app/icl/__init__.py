@@ -1,7 +1,7 @@
 """In-context classification building blocks (library: no FastAPI, no SQL, no settings).
 
     from app.icl import load_bundled, partition_exemplars, partition_label_distribution
-    ds = load_bundled()                                   # support_intents, 400 train / 200 test
+    ds = load_bundled()                                   # assistant_intents, 400 train / 200 test
     parts = partition_exemplars(len(ds.train), 4, 2, rng) # 4 disjoint 2-shot partitions
     probs = partition_label_distribution(lm, ds.exemplars(), parts, query, ds.labels, ds.template)
 
@@ -37,6 +37,7 @@ from .templates import (
     ICLINF_DBPEDIA,
     ICLINF_TREC,
     SUBJ,
+    ASSISTANT_INTENTS,
     SUPPORT_INTENTS,
     TEMPLATES,
     Exemplar,
@@ -48,7 +49,7 @@ from .templates import (
 __all__ = [
     "BaselineResult", "CALIBRATION_EPS", "CONTENT_FREE_INPUTS", "DEFAULT", "Example", "Exemplar", "HF_TASKS",
     "ICLINF_AGNEWS", "ICLINF_DBPEDIA", "ICLINF_TREC", "ICLPrompt", "LabelScores", "LabeledDataset",
-    "PromptTemplate", "SUBJ", "SUPPORT_INTENTS", "TEMPLATES", "as_exemplar", "bundled_names", "check_labels",
+    "PromptTemplate", "SUBJ", "ASSISTANT_INTENTS", "SUPPORT_INTENTS", "TEMPLATES", "as_exemplar", "bundled_names", "check_labels",
     "contextual_calibration", "get_template", "icl", "icl_batch", "label_distribution", "load_bundled",
     "load_hf_dataset", "load_hf_task", "partition_exemplars", "partition_label_distribution", "renormalize",
     "score_labels", "zero_shot", "zero_shot_batch",

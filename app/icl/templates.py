@@ -70,7 +70,7 @@ class PromptTemplate:
     """How exemplars and a query become one prompt.
 
     ``instruction`` may contain ``{labels}``, replaced by the label set
-    ("billing, shipping, or refund"); leave it empty for no instruction line.
+    ("weather, music, or alarm"); leave it empty for no instruction line.
     ``labels`` is the preset's label set (e.g. ICLInf's AG News labels), used
     when a caller gives none.
     """
@@ -206,7 +206,16 @@ SUBJ = PromptTemplate(
     labels=("objective", "subjective"),
 )
 
-# The bundled task (app/icl/data/support_intents.jsonl).
+# The bundled task (app/icl/data/assistant_intents.jsonl).
+ASSISTANT_INTENTS = PromptTemplate(
+    instruction="Classify each request to the voice assistant by its intent: {labels}.",
+    input_prefix="Request: ",
+    output_prefix="Intent:",
+    name="assistant-intents",
+    labels=("weather", "music", "alarm", "lights", "shopping"),
+)
+
+# The second bundled task (app/icl/data/support_intents.jsonl).
 SUPPORT_INTENTS = PromptTemplate(
     instruction="Classify each customer message by its intent: {labels}.",
     input_prefix="Message: ",
@@ -218,7 +227,7 @@ SUPPORT_INTENTS = PromptTemplate(
 DEFAULT = PromptTemplate()
 
 TEMPLATES: dict[str, PromptTemplate] = {
-    t.name: t for t in (DEFAULT, ICLINF_AGNEWS, ICLINF_DBPEDIA, ICLINF_TREC, SUBJ, SUPPORT_INTENTS)
+    t.name: t for t in (DEFAULT, ICLINF_AGNEWS, ICLINF_DBPEDIA, ICLINF_TREC, SUBJ, ASSISTANT_INTENTS, SUPPORT_INTENTS)
 }
 
 

@@ -11,7 +11,7 @@ from app.icl.scoring import (
     renormalize,
     score_labels,
 )
-from app.icl.templates import ICLINF_AGNEWS, SUPPORT_INTENTS
+from app.icl.templates import ICLINF_AGNEWS, ASSISTANT_INTENTS
 from tests.icl.fakes import FakeLM
 
 LABELS = ("World", "Sports", "Business", "Technology")
@@ -134,7 +134,7 @@ def test_baselines():
     assert r.prompt.count("Article:") == 5 and all(t in r.prompt for t, _ in EX)
     assert r.label_index == int(np.argmax(r.probs)) and not np.allclose(r.probs, r.uncalibrated)
     zs = zero_shot_batch(lm, ["a", "b"], LABELS, "iclinf-agnews")
-    ib = icl_batch(lm, [EX[:1], EX[1:]], ["a", "b"], LABELS, SUPPORT_INTENTS)
+    ib = icl_batch(lm, [EX[:1], EX[1:]], ["a", "b"], LABELS, ASSISTANT_INTENTS)
     assert len(zs) == len(ib) == 2
     with pytest.raises(ValueError):
         icl_batch(lm, [EX], ["a", "b"], LABELS)

@@ -4,7 +4,7 @@ from app.icl.templates import (
     DEFAULT,
     ICLINF_AGNEWS,
     ICLINF_TREC,
-    SUPPORT_INTENTS,
+    ASSISTANT_INTENTS,
     TEMPLATES,
     PromptTemplate,
     as_exemplar,
@@ -35,11 +35,11 @@ def test_trec_preset_prefixes_and_labels():
 
 
 def test_labels_placeholder_and_zero_shot_prompt():
-    p = SUPPORT_INTENTS.render_raw([], "Where is my parcel?", ["billing", "shipping", "refund"])
-    assert p == ("Classify each customer message by its intent: billing, shipping, or refund.\n\n"
-                 "Message: Where is my parcel?\nIntent:")
+    p = ASSISTANT_INTENTS.render_raw([], "Will it rain?", ["weather", "music", "alarm"])
+    assert p == ("Classify each request to the voice assistant by its intent: weather, music, or alarm.\n\n"
+                 "Request: Will it rain?\nIntent:")
     # the preset's own labels are used when none are given
-    assert "billing, shipping, refund, technical, or account" in SUPPORT_INTENTS.render_raw([], "x")
+    assert "weather, music, alarm, lights, or shopping" in ASSISTANT_INTENTS.render_raw([], "x")
     with pytest.raises(ValueError, match="no labels"):
         DEFAULT.render_raw([], "x")
     assert join_labels(["a", "b"]) == "a or b"
@@ -52,12 +52,12 @@ def test_no_instruction_and_custom_separators():
 
 def test_chat_rendering_turns_and_prefill():
     lm = FakeLM()
-    t = SUPPORT_INTENTS.with_(mode="chat")
-    msgs = t.chat_messages([("a", "billing"), ("b", "refund")], "q")
+    t = ASSISTANT_INTENTS.with_(mode="chat")
+    msgs = t.chat_messages([("a", "music"), ("b", "alarm")], "q")
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert msgs[2]["content"] == "Intent: billing"
-    prompt = t.render([("a", "billing"), ("b", "refund")], "q", lm=lm)
-    assert prompt.endswith("<|user|>Message: q<|end|>\n<|assistant|>Intent:")
+    assert msgs[2]["content"] == "Intent: music"
+    prompt = t.render([("a", "music"), ("b", "alarm")], "q", lm=lm)
+    assert prompt.endswith("<|user|>Request: q<|end|>\n<|assistant|>Intent:")
     with pytest.raises(ValueError, match="pass lm"):
         t.render([], "q")
 
@@ -73,8 +73,8 @@ def test_exemplar_forms():
 def test_get_template():
     assert get_template(None) is DEFAULT
     assert get_template("iclinf-agnews") is ICLINF_AGNEWS
-    t = get_template({"preset": "support-intents", "mode": "chat", "labels": ["a", "b"]})
-    assert t.mode == "chat" and t.labels == ("a", "b") and t.input_prefix == "Message: "
+    t = get_template({"preset": "assistant-intents", "mode": "chat", "labels": ["a", "b"]})
+    assert t.mode == "chat" and t.labels == ("a", "b") and t.input_prefix == "Request: "
     with pytest.raises(ValueError, match="unknown template"):
         get_template("nope")
     with pytest.raises(ValueError, match="unknown template fields"):
@@ -83,4 +83,4 @@ def test_get_template():
         PromptTemplate(mode="html")
     with pytest.raises(ValueError, match="two spaces"):
         PromptTemplate(output_prefix="Answer: ")
-    assert set(TEMPLATES) >= {"iclinf-agnews", "iclinf-dbpedia", "iclinf-trec", "support-intents", "default"}
+    assert set(TEMPLATES) >= {"iclinf-agnews", "iclinf-dbpedia", "iclinf-trec", "assistant-intents", "default"}
