@@ -209,9 +209,8 @@ GENERATION_TEMPLATES: dict[str, GenerationTemplate] = {
         # ICLInf Table 3, verbatim wording.
         GenerationTemplate("Given a label of news type, generate the chosen type of news accordingly.",
                            "News Type: ", "Text: ", "iclinf-agnews"),
-        # Our wording in the same style for the bundled task.
-        GenerationTemplate("Given an intent label, write a customer message with that intent.",
-                           "Intent: ", "Message: ", "support-intents"),
+        # Our wording in the same style for any labelled set (the bundled task, registered sets).
+        GenerationTemplate("Given a label, write a text with that label.", "Label: ", "Text: ", "generic"),
     )
 }
 

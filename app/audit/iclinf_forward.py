@@ -38,7 +38,7 @@ class TrieCounts:
 
     rows: int = 0  # distinct sequences scored (prompts, and prompt + label prefix for multi-token labels)
     tokens_naive: int = 0  # sum of row lengths: no sharing at all
-    tokens_minimum: int = 0  # trie nodes below the common prefix: the least a prefix-sharing backend computes
+    tokens_minimum: int = 0  # trie nodes not already in the model's prefix cache: the least any prefix-sharing backend computes
     tokens_computed: int = 0  # what this call ran through the model (common prefix included when not cached)
     common_prefix: int = 0  # tokens shared by every row (served by the model's prefix LRU when cached)
     forward_calls: int = 0
@@ -176,10 +176,12 @@ def _score_trie(lm: Any, prompts: list[str], conts: list[str] | None, full: bool
         for r in rows[1:]:
             common = common[: _lcp(common, r)]
         common = common[: min(len(n) for n in nodes) - 1]
+        f0 = stats.forward_tokens if stats is not None else 0
         prefix = lm._prefix_kv(common)
         p = len(prefix) if prefix is not None else 0
+        cached = p - ((stats.forward_tokens - f0) if stats is not None else 0)  # served by the prefix LRU
         counts.common_prefix = p
-        counts.tokens_minimum = trie_counts(rows, below=p)
+        counts.tokens_minimum = trie_counts(rows, below=cached)
         pool = KVBatch.from_prefix(prefix, 1, lm.device) if p else KVBatch.empty(1, lm.device)
         pool_tokens: list[list[int]] = [list(common[:p])]
         remaining = list(range(len(rows)))
