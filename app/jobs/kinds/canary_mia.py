@@ -57,7 +57,7 @@ class TargetConfig(BaseModel):
 class DatasetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    bundled: str = "support_intents"
+    bundled: str | None = Field(default=None, description="a bundled task (default: the first bundled one)")
     size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
     exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
     labels: list[str] | None = None
@@ -104,7 +104,7 @@ def _dataset(c: DatasetConfig):
         template = dict(c.template or {})
     else:
         try:
-            ds = load_bundled(c.bundled)
+            ds = load_bundled(c.bundled) if c.bundled else load_bundled()
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.dataset.bundled") from None
         ex = ds.exemplars("train")
