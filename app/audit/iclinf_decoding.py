@@ -318,6 +318,7 @@ def audit_decoding(
     orders: Any = ICLINF_ORDERS,
     rng: np.random.Generator,
     reencode: bool = False,
+    progress: ProgressFn | None = None,
 ) -> DecodingAudit:
     """Run Algorithm 1 on each batch of s prompts (one sequence per batch, at most ``max_tokens``,
     stops at EOS) and audit it (module doc). Theory charges N_gen x T_max tokens."""
@@ -341,9 +342,11 @@ def audit_decoding(
         per_token.append(loss.loss)
         return tok, {"token": tok, "loss": loss.loss, "prompt": loss.prompt}
 
-    for prompts in batches:
+    for k, prompts in enumerate(batches):
         out = decode(lm, list(prompts), choose, max_tokens, stops=None, reencode=reencode)
         texts.append(out.text)
+        if progress is not None:
+            progress((k + 1) / len(batches), f"sequence {k + 1} of {len(batches)}")
     rdp_emp = float(math.fsum(per_token))  # Thm C.7
     return DecodingAudit(
         target_epsilon=target_epsilon, delta=delta, clip=clip, batch_size=s, sequences=len(batches),
@@ -371,10 +374,14 @@ def audit_grid(
     cells = [(float(t), float(d)) for d in deltas for t in targets]
     out = []
     for k, (t, d) in enumerate(cells):
-        if progress is not None:
-            progress(k / len(cells), f"decoding audit: target {t:g}, delta {d:g} ({k + 1} of {len(cells)})")
+        def prog(f: float, msg: str, k: int = k, t: float = t, d: float = d) -> None:
+            if progress is not None:
+                progress((k + f) / len(cells), f"decoding audit: target {t:g}, delta {d:g}: {msg}")
+
+        prog(0.0, "calibrating")
         out.append(audit_decoding(lm, batches, clip=clip, delta=d, max_tokens=max_tokens, target_epsilon=t,
-                                  neighbour=neighbour, orders=orders, rng=np.random.default_rng([seed, k])))
+                                  neighbour=neighbour, orders=orders, rng=np.random.default_rng([seed, k]),
+                                  progress=prog))
     if progress is not None:
         progress(1.0, "decoding audit: done")
     return out
