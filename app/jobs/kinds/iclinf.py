@@ -222,7 +222,7 @@ class ICLInfKind(JobKind):
                         ys.append(r["iclinf_mean"])
                         es.append(r["iclinf_std"] or 0.0)
                     ctx.add_artifact("n_shots.png", "image/png", plots.n_shots_png(sweep))
-            except Exception as exc:  # a plot never fails the job; say why it is missing
+            except Exception as exc:  # noqa: BLE001 - a plot never fails the job; say why it is missing
                 log.warning("iclinf job %s: no classification plot (%s)", ctx.job_id, exc)
                 result.setdefault("warnings", []).append(f"no plot: {type(exc).__name__}: {exc}")
         if cells:
@@ -233,7 +233,7 @@ class ICLInfKind(JobKind):
                 cols, [[m["model"]] + [c[k] for k in cols[1:]] for m in models_out for c in (m.get("decoding") or [])]))
             try:
                 ctx.add_artifact("epsilon.png", "image/png", plots.figure6_png(cells))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - as above
                 log.warning("iclinf job %s: no decoding plot (%s)", ctx.job_id, exc)
                 result.setdefault("warnings", []).append(f"no plot: {type(exc).__name__}: {exc}")
         ctx.progress(1.0, "done")
@@ -264,7 +264,7 @@ def _get_model(ctx: JobContext, name: str | None) -> Any:
         try:
             cache[name] = load_model(ModelSpec(name=name, kind="lm", source=name), cache_dir=rt.settings.model_cache_dir,
                                      device=rt.settings.device, dtype=rt.settings.dtype)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any load failure is the user's config to fix
             raise JobError(f"model {name!r} could not be loaded: {type(exc).__name__}: {exc}",
                            param="config.models") from None
     return cache[name]
@@ -290,7 +290,7 @@ def _load_dataset(ctx: JobContext, config: ICLInfConfig) -> dict[str, Any]:
             ds = load_hf_task(ref.name, limit=ref.limit, rng=np.random.default_rng(0))
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.dataset.name") from None
-        except Exception as exc:  # no network, no datasets package...
+        except Exception as exc:  # noqa: BLE001 - no network, no datasets package...
             raise JobError(f"Hugging Face task {ref.name!r} is not reachable here: {type(exc).__name__}: {exc}",
                            param="config.dataset") from None
         return {"source": "hf", "name": ref.name, "train": len(ds.train), "test": len(ds.test),
@@ -345,7 +345,7 @@ def _run_classification(lm: Any, data: dict[str, Any], cl: ClassificationConfig,
             prog = sub(tag)
             base = done[0]
 
-            def p(f: float, msg: str, base: int = base) -> None:
+            def p(f: float, msg: str, base: int = base, prog=prog) -> None:
                 done[0] = base
                 prog(f * len(cl.n_shots), msg)
 
@@ -381,7 +381,7 @@ def _run_decoding(lm: Any, data: dict[str, Any], dc: DecodingConfig, sub, done: 
         base = done[0]
         prog = sub(f"{lm.name} decoding audit, target {target if target is not None else '-'}, delta {delta:g}")
 
-        def p(f: float, msg: str, base: int = base) -> None:
+        def p(f: float, msg: str, base: int = base, prog=prog) -> None:
             done[0] = base
             prog(f, msg)
 
