@@ -54,7 +54,7 @@ from app.privacy.calibration import calibrate_clip_softmax
 from app.privacy.errors import PrivacyInputError
 
 NAME = "clip_softmax"
-PARAMS = ("prompts", "shots_per_prompt", "clip", "temperature")
+PARAMS = ("prompts", "shots_per_prompt", "clip", "temperature", "solve_for")
 DEFAULT_PROMPTS = 32
 DEFAULT_SHOTS = 1
 DEFAULT_CLIP = 2.0
@@ -80,20 +80,28 @@ def mean_clipped(logits: np.ndarray, clip: float) -> np.ndarray:
     return clip_logits(logits, clip).mean(axis=0)
 
 
+def step_scores(logits: np.ndarray, clip: float, temperature: float) -> np.ndarray:
+    """l(Z) / tau: the released token's law is softmax of these."""
+    return mean_clipped(logits, clip) / temperature
+
+
 def step_log_probs(logits: np.ndarray, clip: float, temperature: float) -> np.ndarray:
     """log softmax(l(Z) / tau): the exact law of the released token."""
-    a = mean_clipped(logits, clip) / temperature
+    a = step_scores(logits, clip, temperature)
     return a - logsumexp(a)
+
+
+def gumbel_argmax(scores: np.ndarray, rng: np.random.Generator, size: int | None = None) -> Any:
+    """A draw from softmax(scores) by the Gumbel-max trick (``size`` independent draws at once)."""
+    shape = scores.shape if size is None else (int(size), scores.size)
+    idx = np.argmax(scores + rng.gumbel(size=shape), axis=-1)
+    return int(idx) if size is None else idx
 
 
 def sample_token(logits: np.ndarray, clip: float, temperature: float, rng: np.random.Generator,
                  size: int | None = None) -> Any:
-    """Draw from softmax(l(Z)/tau) by the Gumbel-max trick (``size`` independent draws at once)."""
-    a = mean_clipped(logits, clip) / temperature
-    shape = a.shape if size is None else (int(size), a.size)
-    g = a + rng.gumbel(size=shape)
-    idx = np.argmax(g, axis=-1)
-    return int(idx) if size is None else idx
+    """Draw from softmax(l(Z)/tau)."""
+    return gumbel_argmax(step_scores(logits, clip, temperature), rng, size)
 
 
 # ---------------------------------------------------------------------------
@@ -129,6 +137,20 @@ def calibrate_temperature(epsilon: float, delta: float, clip: float, prompts: in
     return 1.0 / inv
 
 
+def calibrate_clip(epsilon: float, delta: float, temperature: float, prompts: int, tokens: int) -> float:
+    """The largest clip whose total cost over ``tokens`` steps is <= epsilon."""
+    try:
+        if delta > 0.0:
+            cal = calibrate_clip_softmax(
+                "clip", epsilon, delta, compositions=tokens, temperature=temperature, batch_size=prompts,
+                adjacency=ACCOUNTING_ADJACENCY,
+            )
+            return float(cal.value)
+    except PrivacyInputError as exc:
+        raise MechanismParamError(exc.message, param="epsilon") from None
+    return largest_feasible(lambda c: epsilon_of(c, prompts, temperature, tokens, 0.0), epsilon, 1e-12, 1e12)
+
+
 @dataclass(frozen=True)
 class ClipSoftmaxConfig:
     prompts: int
@@ -156,6 +178,16 @@ def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
     p = Params(req.params, PARAMS)
     s, k = resolve_units(len(req.exemplars), p.count("prompts", None), p.count("shots_per_prompt", None),
                          DEFAULT_PROMPTS, DEFAULT_SHOTS, "prompts", "shots_per_prompt")
+    solve_for = p.choice("solve_for", "temperature", ("temperature", "clip"))
+    if solve_for == "clip":
+        # Temperature given, clip calibrated (ICLInf E.2's clip variant of Algorithm 3).
+        if not p.given("temperature"):
+            raise MechanismParamError("solve_for clip needs a temperature", param="params.temperature")
+        if p.given("clip"):
+            raise MechanismParamError("clip is what solve_for clip calibrates: leave it out", param="params.clip")
+        tau = p.positive("temperature", None)
+        c = calibrate_clip(eps, req.delta, tau, s, req.max_tokens)
+        return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True)
     c = p.positive("clip", DEFAULT_CLIP)
     if p.given("temperature"):
         tau = p.positive("temperature", None)
@@ -192,9 +224,10 @@ def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Ge
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
 
     def choose(logits: np.ndarray) -> tuple[int, dict[str, Any]]:
-        tok = sample_token(logits, cfg.clip, cfg.temperature, g)
-        lp = step_log_probs(logits, cfg.clip, cfg.temperature)
-        return tok, {"token": tok, "log_prob": float(lp[tok]), "max_prob": float(np.exp(lp.max()))}
+        a = step_scores(logits, cfg.clip, cfg.temperature)
+        tok = gumbel_argmax(a, g)
+        norm = float(logsumexp(a))
+        return tok, {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(a.max() - norm))}
 
     out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode)
     internals = {

@@ -30,6 +30,7 @@ import numpy as np
 from scipy.special import log_softmax, logsumexp
 
 from app.mechanisms import sensitivity as sens
+from app.mechanisms.clip_softmax import gumbel_argmax
 from app.mechanisms._cost import cost_dict
 from app.mechanisms.gen_common import (
     GenerationRequest,
@@ -66,18 +67,20 @@ def clipped_utilities(logits: np.ndarray, clip: float) -> np.ndarray:
     return np.maximum(log_softmax(z, axis=1), -clip).sum(axis=0)
 
 
+def step_scores(logits: np.ndarray, clip: float, inverse_temperature: float) -> np.ndarray:
+    """lam U(y): the released token's law is softmax of these."""
+    return inverse_temperature * clipped_utilities(logits, clip)
+
+
 def step_log_probs(logits: np.ndarray, clip: float, inverse_temperature: float) -> np.ndarray:
-    a = inverse_temperature * clipped_utilities(logits, clip)
+    a = step_scores(logits, clip, inverse_temperature)
     return a - logsumexp(a)
 
 
 def sample_token(logits: np.ndarray, clip: float, inverse_temperature: float, rng: np.random.Generator,
                  size: int | None = None) -> Any:
     """Exponential mechanism by Gumbel-max: argmax lam U(y) + Gumbel(1)."""
-    a = inverse_temperature * clipped_utilities(logits, clip)
-    shape = a.shape if size is None else (int(size), a.size)
-    idx = np.argmax(a + rng.gumbel(size=shape), axis=-1)
-    return int(idx) if size is None else idx
+    return gumbel_argmax(step_scores(logits, clip, inverse_temperature), rng, size)
 
 
 # ---------------------------------------------------------------------------
@@ -168,9 +171,10 @@ def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Ge
     lam = cfg.inverse_temperature
 
     def choose(logits: np.ndarray) -> tuple[int, dict[str, Any]]:
-        tok = sample_token(logits, cfg.clip, lam, g)
-        lp = step_log_probs(logits, cfg.clip, lam)
-        return tok, {"token": tok, "log_prob": float(lp[tok]), "max_prob": float(np.exp(lp.max()))}
+        a = step_scores(logits, cfg.clip, lam)
+        tok = gumbel_argmax(a, g)
+        norm = float(logsumexp(a))
+        return tok, {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(a.max() - norm))}
 
     out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode)
     internals = {"experts": units, "steps": out.steps}

@@ -183,6 +183,13 @@ def test_clip_softmax_calibration_and_cost():
     with pytest.raises(MechanismParamError) as e:
         cs.configure(_req(epsilon=1.0, params={"prompts": 20, "temperature": 0.01}))
     assert e.value.param == "params.temperature"
+    # Clip calibrated for a given temperature (ICLInf E.2 variant).
+    sc = _req(epsilon=8.0, max_tokens=16, params={"prompts": 20, "temperature": 1.0, "solve_for": "clip"})
+    cc = cs.configure(sc)
+    assert cc.temperature == 1.0 and 7.9 < cs.privacy(cc, sc)["epsilon"] <= 8.0
+    with pytest.raises(MechanismParamError) as e:
+        cs.configure(_req(params={"prompts": 20, "solve_for": "clip"}))
+    assert e.value.param == "params.temperature"
     # Pure DP (delta 0): basic composition of 4c/(s tau) per token.
     pure = _req(epsilon=2.0, delta=0.0, max_tokens=8, params={"prompts": 10, "clip": 1.0})
     pc = cs.configure(pure)

@@ -1,0 +1,241 @@
+#!/usr/bin/env python
+"""Generation benchmarks (figures in docs/generation.md and the README).
+
+    # clip_softmax decoding: time per token with the KV cache vs re-encoding every step
+    python benchmarks/bench_generate.py kv --prompts 50 --tokens 40 --reencode-steps 4
+
+    # ROUGE-L on the bundled dialogue-summary task, every mechanism at epsilon 1/4/8 + baselines
+    python benchmarks/bench_generate.py rouge --items 20 --tokens 16
+
+``kv``: one process, the bundled SmolLM2-135M-Instruct, s one-shot prompts from the
+bundled task. The KV-cached run decodes ``--tokens`` tokens (clip-softmax, temperature
+calibrated for epsilon 8); the re-encoding run then replays the same tokens for
+``--reencode-steps`` steps, each a fresh forward of every full sequence (no KV kept
+across steps; the model's cross-call prefix cache is cleared), and its logits are
+compared with the cached ones. Per-token time = model step + the private choice.
+
+``rouge``: the private exemplar set is the task's 240 training pairs; the queries are
+the first ``--items`` test dialogues. Model calls of ``generate`` are memoised inside
+the run (same prompts, same seed -> same answer), so ESA's and KSA's member answers and
+ESA's zero-shot candidates, which do not depend on epsilon, are computed once per item;
+each item uses one noise generator seed for every epsilon (common random numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.mechanisms import clip_softmax as cs  # noqa: E402
+from app.mechanisms.gen_common import GenerationRequest, PromptTemplate, build_prompt  # noqa: E402
+from app.mechanisms.gen_decode import ReencodeSession  # noqa: E402
+from app.mechanisms.gen_rouge import rouge_l  # noqa: E402
+from app.mechanisms.generation import generate  # noqa: E402
+
+TASK = ROOT / "app" / "icl" / "data" / "gen_dialogsum.jsonl"
+TEMPLATE = PromptTemplate("Summarize the dialogue in one sentence.", "Dialogue:", "Summary:")
+
+
+def load_task() -> tuple[list[tuple[str, str]], list[dict]]:
+    rows = [json.loads(line) for line in TASK.read_text(encoding="utf-8").splitlines() if line.strip()]
+    train = [(r["input"], r["output"]) for r in rows if r["split"] == "train"]
+    test = [r for r in rows if r["split"] == "test"]
+    return train, test
+
+
+def load_models(need_embedder: bool):
+    from app.llm import bundled_specs, load_model
+
+    cache = Path(os.environ.get("DPICL_MODEL_CACHE_DIR", Path.home() / ".cache" / "dpicl" / "models"))
+    specs = bundled_specs()
+    lm = load_model(next(s for s in specs if s.kind == "lm"), cache_dir=cache, device=os.environ.get("DPICL_DEVICE", "auto"),
+                    dtype="float32")
+    emb = load_model(next(s for s in specs if s.kind == "embedder"), cache_dir=cache, device="cpu",
+                     dtype="float32") if need_embedder else None
+    return lm, emb
+
+
+def env_line(lm) -> str:
+    import torch
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    return (f"{platform.machine()} {os.cpu_count()} cpus (load {load:.1f}), torch {torch.__version__} "
+            f"{torch.get_num_threads()} threads, model {lm.name} on {getattr(lm, 'device', '?')}")
+
+
+# ---------------------------------------------------------------------------
+# kv
+# ---------------------------------------------------------------------------
+
+
+def bench_kv(args) -> dict:
+    lm, _ = load_models(False)
+    train, test = load_task()
+    query = test[0]["input"]
+    prompts = [build_prompt(lm, TEMPLATE, [train[i]], query) for i in range(args.prompts)]
+    lengths = [len(lm.tokenize(p)) for p in prompts]
+    tau = cs.calibrate_temperature(args.epsilon, 1e-5, args.clip, args.prompts, args.tokens)
+    rng = np.random.default_rng(0)
+
+    t0 = time.perf_counter()
+    sess = lm.start_decode(prompts)
+    kv_prefill = time.perf_counter() - t0
+    tokens: list[int] = []
+    kv_times: list[float] = []
+    kv_logits: list[np.ndarray] = []
+    logits = sess.logits
+    for i in range(args.tokens):
+        t = time.perf_counter()
+        tok = cs.sample_token(logits, args.clip, tau, rng)
+        if i < args.reencode_steps + 1:
+            kv_logits.append(logits.copy())
+        if i < args.tokens - 1:
+            logits = sess.step(tok)
+        kv_times.append(time.perf_counter() - t)
+        tokens.append(tok)
+    sess.close()
+
+    t0 = time.perf_counter()
+    ref = ReencodeSession(lm, prompts)
+    re_prefill = time.perf_counter() - t0
+    re_times: list[float] = []
+    max_diff = float(np.max(np.abs(ref.logits - kv_logits[0])))
+    logits = ref.logits
+    for i in range(args.reencode_steps):
+        t = time.perf_counter()
+        cs.sample_token(logits, args.clip, tau, rng)  # the same private-choice work as above
+        logits = ref.step(tokens[i])
+        re_times.append(time.perf_counter() - t)
+        max_diff = max(max_diff, float(np.max(np.abs(logits - kv_logits[i + 1]))))
+    ref.close()
+    kv_steps = kv_times[:-1]  # the last token needs no forward pass
+    out = {
+        "env": env_line(lm),
+        "prompts": args.prompts,
+        "prompt_tokens_mean": float(np.mean(lengths)),
+        "tokens": args.tokens,
+        "temperature": tau,
+        "kv_prefill_s": kv_prefill,
+        "kv_ms_per_token": 1000 * float(np.mean(kv_steps)),
+        "kv_ms_per_token_first_steps": 1000 * float(np.mean(kv_steps[: args.reencode_steps])),
+        "reencode_steps": args.reencode_steps,
+        "reencode_first_encode_s": re_prefill,
+        "reencode_ms_per_token": 1000 * float(np.mean(re_times)),
+        "speedup": float(np.mean(re_times) / np.mean(kv_steps)),
+        "speedup_same_steps": float(np.mean(re_times) / np.mean(kv_steps[: args.reencode_steps])),
+        "max_abs_logit_diff": max_diff,
+        "text": lm.detokenize(tokens),
+    }
+    return out
+
+
+# ---------------------------------------------------------------------------
+# rouge
+# ---------------------------------------------------------------------------
+
+
+class MemoLM:
+    """Memoises ``generate`` (deterministic given prompts, settings and seed); everything else passes."""
+
+    def __init__(self, lm):
+        self._lm = lm
+        self._memo: dict = {}
+        self.hits = 0
+
+    def __getattr__(self, name):
+        return getattr(self._lm, name)
+
+    def generate(self, prompts, **kw):
+        key = (tuple(prompts), tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kw.items())))
+        if key in self._memo:
+            self.hits += 1
+            return self._memo[key]
+        out = self._lm.generate(prompts, **kw)
+        self._memo[key] = out
+        return out
+
+
+MECH_PARAMS = {
+    "esa": {"partitions": 8, "shots_per_partition": 4, "candidates": 10},
+    "ksa": {"partitions": 20, "shots_per_partition": 4},
+    "clip_softmax": {"prompts": 32, "shots_per_prompt": 1},
+    "poe": {"experts": 32},
+}
+
+
+def bench_rouge(args) -> dict:
+    lm0, emb = load_models(True)
+    lm = MemoLM(lm0)
+    train, test = load_task()
+    items = test[: args.items]
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    mechs = [m for m in args.mechanisms.split(",") if m]
+    params = dict(MECH_PARAMS)
+    if args.params:
+        params.update(json.loads(args.params))
+    scores: dict[str, list[float]] = {}
+    seconds: dict[str, float] = {}
+    examples: dict[str, str] = {}
+    runs = [("zero_shot", None), ("full_context", None)] + [(m, e) for m in mechs for e in epsilons]
+    for j, item in enumerate(items):
+        for mech, eps in runs:
+            key = mech if eps is None else f"{mech}@{eps:g}"
+            p = {"shots": args.full_context_shots} if mech == "full_context" else params.get(mech, {})
+            req = GenerationRequest.build(train, item["input"], epsilon=eps, delta=1e-5, max_tokens=args.tokens,
+                                          template=TEMPLATE, params=p)
+            t = time.perf_counter()
+            res = generate(mech, req, lm, emb, np.random.default_rng(1000 + j))
+            seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - t
+            scores.setdefault(key, []).append(rouge_l(res.text, item["output"]))
+            if j == 0:
+                examples[key] = res.text
+            print(f"[{j + 1}/{len(items)}] {key:18s} {scores[key][-1]:.3f} {time.perf_counter() - t:6.1f}s  {res.text!r}",
+                  flush=True)
+    table = {k: {"rouge_l": float(np.mean(v)), "stderr": float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0,
+                 "seconds_per_item": seconds[k] / len(v)} for k, v in scores.items()}
+    return {"env": env_line(lm0), "items": len(items), "tokens": args.tokens, "epsilons": epsilons,
+            "params": params, "full_context_shots": args.full_context_shots, "table": table,
+            "reference_0": items[0]["output"], "examples_0": examples, "memo_hits": lm.hits}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="generation benchmarks")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    k = sub.add_parser("kv", help="clip-softmax time per token, KV cache vs re-encoding")
+    k.add_argument("--prompts", type=int, default=50)
+    k.add_argument("--tokens", type=int, default=40)
+    k.add_argument("--reencode-steps", type=int, default=4)
+    k.add_argument("--epsilon", type=float, default=8.0)
+    k.add_argument("--clip", type=float, default=2.0)
+    r = sub.add_parser("rouge", help="ROUGE-L of every mechanism on the bundled task")
+    r.add_argument("--items", type=int, default=20)
+    r.add_argument("--tokens", type=int, default=16)
+    r.add_argument("--epsilons", default="1,4,8")
+    r.add_argument("--mechanisms", default="esa,ksa,clip_softmax,poe")
+    r.add_argument("--full-context-shots", type=int, default=16)
+    r.add_argument("--params", default="", help="JSON overriding the per-mechanism parameters")
+    for p in (k, r):
+        p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
+    args = ap.parse_args()
+    res = bench_kv(args) if args.cmd == "kv" else bench_rouge(args)
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
