@@ -25,7 +25,6 @@ def register(cli: typer.Typer) -> None:
 
         from app.cli import _configure_logging, _settings
         from app.jobs.pg_transport import run_worker
-        from app.runtime import Runtime
 
         settings = _settings()
         if settings.is_sqlite:

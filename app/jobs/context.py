@@ -7,7 +7,8 @@ import math
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from app.jobs import repository as repo
 from app.jobs.errors import JobCancelled, JobLost, JobShutdown
@@ -28,7 +29,7 @@ class JobContext:
 
     def __init__(
         self,
-        runtime: "Runtime",
+        runtime: Runtime,
         *,
         job_id: str,
         kind: str,

@@ -8,14 +8,21 @@ import math
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from app.jobs import registry
 from app.jobs import repository as repo
 from app.jobs.context import JobContext
-from app.jobs.errors import JobCancelled, JobError, JobLost, JobShutdown, RetryableJobError
+from app.jobs.errors import (
+    JobCancelled,
+    JobError,
+    JobLost,
+    JobShutdown,
+    RetryableJobError,
+)
 
 if TYPE_CHECKING:
     from app.runtime import Runtime
@@ -52,7 +59,7 @@ def _config_error_message(exc: ValidationError) -> str:
 
 
 def execute_job(
-    runtime: "Runtime",
+    runtime: Runtime,
     job_id: str,
     worker_id: str,
     *,

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
-from app.jobs import registry
+from app.jobs import registry, webhooks
 from app.jobs import repository as repo
-from app.jobs import webhooks
 from app.jobs.executor import execute_job, new_worker_id
 from app.jobs.runner import maintenance_interval
 
@@ -71,7 +70,7 @@ def ensure_schema(database_url: str) -> bool:
 class WorkerState:
     """Handed to the task through procrastinate's ``additional_context``."""
 
-    runtime: "Runtime"
+    runtime: Runtime
     worker_id: str
     stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -89,7 +88,7 @@ def _run_audit_job(context: Any, job_id: str) -> str:
     )
 
 
-def build_app(database_url: str, *, max_pool: int = 4) -> "procrastinate.App":
+def build_app(database_url: str, *, max_pool: int = 4) -> procrastinate.App:
     import procrastinate
 
     connector = procrastinate.PsycopgConnector(conninfo=conninfo(database_url), min_size=1, max_size=max_pool)
@@ -99,7 +98,7 @@ def build_app(database_url: str, *, max_pool: int = 4) -> "procrastinate.App":
     return app
 
 
-async def defer(app: "procrastinate.App", job_id: str) -> bool:
+async def defer(app: procrastinate.App, job_id: str) -> bool:
     """Queue "run job X"; False when one is already waiting for it."""
     from procrastinate.exceptions import AlreadyEnqueued
 
@@ -110,7 +109,7 @@ async def defer(app: "procrastinate.App", job_id: str) -> bool:
         return False
 
 
-async def maintenance_once(app: "procrastinate.App", runtime: "Runtime") -> None:
+async def maintenance_once(app: procrastinate.App, runtime: Runtime) -> None:
     settings = runtime.settings
 
     def reap_and_sweep() -> tuple[repo.ReapReport, list[str]]:
@@ -141,7 +140,7 @@ async def maintenance_once(app: "procrastinate.App", runtime: "Runtime") -> None
             log.debug("stalled procrastinate job %s already closed (%s)", pjob.id, exc)
 
 
-async def maintenance_loop(app: "procrastinate.App", runtime: "Runtime", stop: asyncio.Event) -> None:
+async def maintenance_loop(app: procrastinate.App, runtime: Runtime, stop: asyncio.Event) -> None:
     interval = maintenance_interval(runtime.settings)
     while not stop.is_set():
         try:
@@ -150,11 +149,11 @@ async def maintenance_loop(app: "procrastinate.App", runtime: "Runtime", stop: a
             log.exception("job maintenance error (retrying)")
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
-async def webhook_loop(runtime: "Runtime", stop: asyncio.Event, wake: asyncio.Event | None = None) -> None:
+async def webhook_loop(runtime: Runtime, stop: asyncio.Event, wake: asyncio.Event | None = None) -> None:
     wake = wake or asyncio.Event()
     while not stop.is_set():
         try:
@@ -163,7 +162,7 @@ async def webhook_loop(runtime: "Runtime", stop: asyncio.Event, wake: asyncio.Ev
             log.exception("webhook delivery error (retrying)")
         try:
             await asyncio.wait_for(wake.wait(), timeout=min(runtime.settings.job_poll_seconds, 1.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         wake.clear()
 
@@ -173,7 +172,7 @@ class ProcrastinateTransport:
 
     name = "procrastinate"
 
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.app = build_app(runtime.settings.database_url)
         self._stop = asyncio.Event()
@@ -200,7 +199,7 @@ class ProcrastinateTransport:
         for t in self._tasks:
             try:
                 await asyncio.wait_for(t, timeout=15)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 t.cancel()
         await self.app.close_async()
 
@@ -214,7 +213,7 @@ class ProcrastinateTransport:
         return {"runner": self.name}
 
 
-async def run_worker(runtime: "Runtime", *, concurrency: int, name: str | None = None) -> None:
+async def run_worker(runtime: Runtime, *, concurrency: int, name: str | None = None) -> None:
     """``dpicl worker``: one procrastinate worker (``concurrency`` jobs at a time in threads) plus
     maintenance. Models were loaded by the caller, once, in this process. SIGINT/SIGTERM stop it:
     running jobs stop at their next progress point and go back to the queue."""

@@ -10,6 +10,7 @@ from anywhere with :func:`register`. Test-only kinds are offered only when
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import pkgutil
 import threading
@@ -20,6 +21,8 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from app.config import Settings
     from app.jobs.context import JobContext
+
+log = logging.getLogger("dpicl.jobs")
 
 Verdict = Literal["pass", "violation"]
 
@@ -36,10 +39,10 @@ class JobKind:
     description: ClassVar[str] = ""
     test_only: ClassVar[bool] = False
 
-    def check(self, config: BaseModel, settings: "Settings") -> None:
+    def check(self, config: BaseModel, settings: Settings) -> None:
         """Checks beyond the schema, before anything is queued; raise JobConfigError(param=...)."""
 
-    def run(self, ctx: "JobContext", config: BaseModel) -> dict[str, Any]:
+    def run(self, ctx: JobContext, config: BaseModel) -> dict[str, Any]:
         raise NotImplementedError
 
     def verdict(self, result: dict[str, Any], claimed_epsilon: float | None, claimed_delta: float | None) -> Verdict | None:
@@ -89,7 +92,13 @@ def _discover() -> None:
 
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")
+                try:
+                    importlib.import_module(f"{pkg.__name__}.{info.name}")
+                except Exception:
+                    # One broken kind must not take the others (and the server) down; its jobs
+                    # then fail with "unknown_kind" and this error is in the log.
+                    log.exception("job kind module %s.%s failed to import; its kinds are unavailable",
+                                  pkg.__name__, info.name)
         _discovered = True
 
 
@@ -98,9 +107,9 @@ def all_kinds() -> dict[str, JobKind]:
     return dict(_KINDS)
 
 
-def available_kinds(settings: "Settings") -> dict[str, JobKind]:
+def available_kinds(settings: Settings) -> dict[str, JobKind]:
     return {n: k for n, k in sorted(all_kinds().items()) if settings.job_test_kinds or not k.test_only}
 
 
-def get_kind(name: str, settings: "Settings") -> JobKind | None:
+def get_kind(name: str, settings: Settings) -> JobKind | None:
     return available_kinds(settings).get(name)

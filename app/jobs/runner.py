@@ -14,9 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from app.jobs import registry
+from app.jobs import registry, webhooks
 from app.jobs import repository as repo
-from app.jobs import webhooks
 from app.jobs.context import JobContext
 from app.jobs.executor import execute_job, new_worker_id
 
@@ -34,7 +33,7 @@ def maintenance_interval(settings) -> float:
 class InProcessRunner:
     name = "inprocess"
 
-    def __init__(self, runtime: "Runtime") -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
         self.worker_id = new_worker_id("server")

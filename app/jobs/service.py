@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dpicl.jobs")
 
 
-def runner_mode(settings: "Settings") -> str:
+def runner_mode(settings: Settings) -> str:
     mode = settings.job_runner
     if mode == "auto":
         return "inprocess" if settings.is_sqlite else "procrastinate"
@@ -67,7 +67,7 @@ class ConfigInvalid(Exception):
     errors: list[tuple[str, str]]
 
 
-def validate_config(settings: "Settings", kind_name: str, config: dict[str, Any]) -> tuple[registry.JobKind, BaseModel]:
+def validate_config(settings: Settings, kind_name: str, config: dict[str, Any]) -> tuple[registry.JobKind, BaseModel]:
     kind = registry.get_kind(kind_name, settings)
     if kind is None:
         names = sorted(registry.available_kinds(settings))
@@ -92,7 +92,7 @@ class Submitted:
 
 
 def submit(
-    runtime: "Runtime",
+    runtime: Runtime,
     *,
     kind_name: str,
     config: dict[str, Any],
@@ -132,7 +132,7 @@ def submit(
     return Submitted(resource=resource, created=created, job_id=job.id)
 
 
-def cancel(runtime: "Runtime", job_id: str, tenant_id: str = DEFAULT_TENANT) -> dict[str, Any] | None:
+def cancel(runtime: Runtime, job_id: str, tenant_id: str = DEFAULT_TENANT) -> dict[str, Any] | None:
     with runtime.db.session() as s:
         job = repo.request_cancel(s, job_id, tenant_id)
         if job is None:
@@ -145,7 +145,7 @@ def get_runner(app) -> Any:
 
 
 def install(app) -> None:
-    async def start_jobs(app, rt: "Runtime") -> None:
+    async def start_jobs(app, rt: Runtime) -> None:
         mode = runner_mode(rt.settings)
         runner = None
         if mode == "inprocess":
@@ -162,7 +162,7 @@ def install(app) -> None:
         rt.extras["job_runner"] = mode
         log.info("audit jobs: runner %s; kinds %s", mode, sorted(registry.available_kinds(rt.settings)))
 
-    async def stop_jobs(app, rt: "Runtime") -> None:
+    async def stop_jobs(app, rt: Runtime) -> None:
         runner = getattr(app.state, "job_runner", None)
         app.state.job_runner = None
         if runner is None:

@@ -41,7 +41,7 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
     return header is not None and hmac.compare_digest(sign(secret, body), header)
 
 
-def deliver_due(runtime: "Runtime", *, client: httpx.Client | None = None, limit: int = 20) -> int:
+def deliver_due(runtime: Runtime, *, client: httpx.Client | None = None, limit: int = 20) -> int:
     """Make one delivery attempt for every webhook that is due; returns how many were attempted."""
     settings = runtime.settings
     timeout = settings.webhook_timeout_seconds
@@ -69,7 +69,7 @@ def deliver_due(runtime: "Runtime", *, client: httpx.Client | None = None, limit
     return done
 
 
-def _attempt(runtime: "Runtime", client: httpx.Client, job_id: str, url: str, body_obj: dict, n: int) -> None:
+def _attempt(runtime: Runtime, client: httpx.Client, job_id: str, url: str, body_obj: dict, n: int) -> None:
     settings = runtime.settings
     body_obj = dict(body_obj, webhook=dict(body_obj.get("webhook") or {}, status="delivering", attempts=n))
     body = json.dumps(body_obj, separators=(",", ":"), sort_keys=True).encode()

@@ -7,13 +7,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import DB_KINDS, LiveServer, free_port, make_database_url, server_settings
+from tests.conftest import (
+    DB_KINDS,
+    LiveServer,
+    free_port,
+    make_database_url,
+    server_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_SECRET = "jobs-test-webhook-secret-0123"

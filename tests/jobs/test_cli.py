@@ -11,11 +11,17 @@ import time
 import xml.etree.ElementTree as ET
 
 import httpx
-import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
-from app.cli_audit import EXIT_ERROR, EXIT_PASS, EXIT_TIMEOUT, EXIT_VIOLATION, Progress, idempotency_key
+from app.cli_audit import (
+    EXIT_ERROR,
+    EXIT_PASS,
+    EXIT_TIMEOUT,
+    EXIT_VIOLATION,
+    Progress,
+    idempotency_key,
+)
 from tests.jobs.conftest import ROOT
 
 CALIBRATE = {"mechanism": "gaussian", "solve_for": "sigma", "target_epsilon": 1.0, "delta": 1e-5}
@@ -162,7 +168,7 @@ def test_retry_after_and_5xx_are_honoured(tmp_path):
            "claimed_delta": None, "error": None}
 
     class H(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             calls.append((self.headers.get("Idempotency-Key"), time.monotonic()))
             if len(calls) == 1:
@@ -267,4 +273,14 @@ def test_the_console_command_end_to_end(jobs_server, tmp_path, jobs_db):
     assert _junit(junit)[0].get("failures") == "1"
 
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+def test_status_and_cancel_commands(jobs_server):
+    with httpx.Client(base_url=jobs_server.url) as c:
+        job = c.post("/v1/audits", json={"kind": "sleep", "config": {"steps": 200, "step_seconds": 0.05}}).json()
+    runner = CliRunner()
+    st = runner.invoke(cli, ["audit", "status", job["id"], "--server", jobs_server.url])
+    assert st.exit_code == 0 and json.loads(st.stdout)["id"] == job["id"]
+    cancel = runner.invoke(cli, ["audit", "cancel", job["id"], "--server", jobs_server.url])
+    assert cancel.exit_code == 0 and cancel.stdout.split()[0] in ("cancelled", "running")
+    missing = runner.invoke(cli, ["audit", "status", "job_missing", "--server", jobs_server.url])
+    assert missing.exit_code == EXIT_ERROR and "HTTP 404" in missing.output

@@ -24,7 +24,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.calls.append({"t": time.monotonic(), "headers": dict(self.headers), "body": body})
                 status = outer.statuses.pop(0) if outer.statuses else 200

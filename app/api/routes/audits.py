@@ -12,9 +12,8 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from app.api.auth import Principal, require
 from app.api.errors import APIError
-from app.jobs import registry
+from app.jobs import registry, service
 from app.jobs import repository as repo
-from app.jobs import service
 from app.jobs.errors import JobError
 from app.jobs.resource import job_resource, job_url, load_resource
 from app.runtime import Runtime
@@ -31,7 +30,7 @@ JobId = Annotated[str, Path(min_length=1, max_length=64)]
 Auditor = Annotated[Principal, Depends(require("audit", "admin"))]
 
 
-def _runtime(request: Request) -> "Runtime":
+def _runtime(request: Request) -> Runtime:
     # Read directly rather than through a sync dependency: each sync dependency costs a thread hop.
     return request.app.state.runtime
 

@@ -59,7 +59,7 @@ class EpsilonConfig(RootModel[EpsilonCalibrate | EpsilonConvert | EpsilonEmpiric
     root: EpsilonCalibrate | EpsilonConvert | EpsilonEmpirical = Field(union_mode="left_to_right")
 
     @classmethod
-    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "EpsilonConfig":  # type: ignore[override]
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> EpsilonConfig:  # type: ignore[override]
         if isinstance(obj, cls):
             return obj
         if isinstance(obj, BaseModel):
