@@ -64,8 +64,9 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -171,12 +172,11 @@ class RemoteOptions:
         """The server root (where vLLM serves /tokenize): the base URL without a trailing /v1."""
         parts = urlsplit(self.base_url)
         path = parts.path.rstrip("/")
-        if path.endswith("/v1"):
-            path = path[: -len("/v1")]
+        path = path.removesuffix("/v1")
         return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec) -> "RemoteOptions":
+    def from_spec(cls, spec: ModelSpec) -> RemoteOptions:
         opts = dict(spec.options or {})
         known = {
             "base_url", "served_model_name", "api_key", "api_key_env", "max_concurrency", "timeout",
@@ -539,7 +539,7 @@ class RemoteLanguageModel:
     def _post(self, path: str, body: dict, *, idempotent: bool = True):
         return self.transport.request("POST", self._url(path), body, idempotent=idempotent)
 
-    def connect(self) -> "RemoteLanguageModel":
+    def connect(self) -> RemoteLanguageModel:
         """Find the served model, then probe (or take as declared) what the server can do."""
         self.transport.run(self._connect())
         return self
@@ -637,7 +637,7 @@ class RemoteLanguageModel:
 
     async def _probe_tokenize(self) -> None:
         await self._probe_bos()
-        ids = await self._tokenize_remote("Hello world", False)
+        ids = await self._plain_ids("Hello world")
         body = await self._post("/detokenize", {"model": self.model_id, "tokens": ids})
         if body.get("prompt") != "Hello world":
             raise ValueError(f"/detokenize does not invert /tokenize ({body.get('prompt')!r})")
@@ -688,7 +688,7 @@ class RemoteLanguageModel:
         return body
 
     async def _probe_generation(self) -> None:
-        ids = await self._tokenize_remote("Hello", False) if self._have.get("tokenize") else None
+        ids = await self._plain_ids("Hello") if self._have.get("tokenize") else None
         body = self._completion_body(ids or [0], self._salt(None), max_tokens=1, return_token_ids=True)
         if ids is None:
             body["prompt"] = "Hello"
@@ -696,19 +696,19 @@ class RemoteLanguageModel:
         _first_choice(await self._post("/v1/completions", body), "a generation probe")
 
     async def _probe_full_vocab(self) -> None:
-        ids = await self._tokenize_remote("Hello", False)
+        ids = await self._plain_ids("Hello")
         row = await self._next_lp_row(self._bos(ids), self._salt(None))
         if self._vocab_size is None:
             self._vocab_size = int(row.shape[0])
 
     async def _probe_prompt_logprobs(self) -> None:
-        ids = self._bos(await self._tokenize_remote("Hello world", False))
+        ids = self._bos(await self._plain_ids("Hello world"))
         lps = await self._prompt_token_logprobs(ids + ids, len(ids), self._salt(None))
         if len(lps) != len(ids) or not all(math.isfinite(x) for x in lps):
             raise ValueError("prompt_logprobs did not score the prompt's tokens")
 
     async def _probe_label_ids(self) -> None:
-        ids = self._bos(await self._tokenize_remote("Hello", False))
+        ids = self._bos(await self._plain_ids("Hello"))
         want = ids[-1:]
         got = await self._label_lp(ids, want, self._salt(None))
         if set(got) != set(want):
@@ -872,7 +872,7 @@ class RemoteLanguageModel:
 
     async def _label_lp(self, ids: list[int], token_ids: Sequence[int], salt: dict) -> dict[int, float]:
         """log p(t | ids) for each t in token_ids (<= 128), via logprob_token_ids."""
-        want = sorted(set(int(t) for t in token_ids))
+        want = sorted({int(t) for t in token_ids})
         body = await self._post(
             "/v1/completions",
             self._completion_body(ids, salt, logprobs=len(want), logprob_token_ids=want),
@@ -1042,7 +1042,7 @@ class RemoteLanguageModel:
 
     # -------------------------------------------------------------- decoding
 
-    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> "RemoteDecodeSession":
+    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> RemoteDecodeSession:
         """A decode session over ``prompts`` (strings, or token id lists used as they are)."""
         self.require("decode_session", "token-by-token decoding")
         if prompts and not isinstance(prompts[0], str):
@@ -1147,7 +1147,7 @@ class RemoteDecodeSession:
     def close(self) -> None:
         self._open = False
 
-    def __enter__(self) -> "RemoteDecodeSession":
+    def __enter__(self) -> RemoteDecodeSession:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -1174,7 +1174,7 @@ class RemoteEmbedder:
     def _url(self, path: str) -> str:
         return self.opts.base_url + path[len("/v1"):]
 
-    def connect(self) -> "RemoteEmbedder":
+    def connect(self) -> RemoteEmbedder:
         label = f"embedder {self.name!r} (remote backend, {self.opts.base_url})"
         try:
             listing = self.transport.run(self.transport.request("GET", self._url("/v1/models")))
