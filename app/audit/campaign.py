@@ -166,7 +166,8 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
         obs = target.observe(ctx, attack, g)
         labels.append(obs.label)
         scores.append(obs.noisy_scores)
-        report(0.95 * (i + 1) / len(plan), f"trial {i + 1} of {len(plan)}")
+        if (i + 1) % max(1, len(plan) // 100) == 0 or i + 1 == len(plan):  # at most ~100 progress points
+            report(0.95 * (i + 1) / len(plan), f"trial {i + 1} of {len(plan)}")
     members = plan.members
     guesses = np.array([lab == attack.positive for lab in labels])
     k = len(attack.labels)
