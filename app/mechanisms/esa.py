@@ -58,7 +58,7 @@ from app.privacy.errors import PrivacyInputError
 NAME = "esa"
 PARAMS = (
     "partitions", "shots_per_partition", "candidates", "clip_norm", "noise_calibration",
-    "member_temperature", "candidate_temperature", "sigma",
+    "member_temperature", "candidate_temperature", "candidate_top_p", "sigma",
 )
 DEFAULT_PARTITIONS = 8
 DEFAULT_SHOTS = 4
@@ -145,6 +145,7 @@ class ESAConfig:
     noise: ESANoise
     member_temperature: float
     candidate_temperature: float
+    candidate_top_p: float = 0.9
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,6 +159,7 @@ class ESAConfig:
             "noise_calibration": self.noise.method,
             "member_temperature": self.member_temperature,
             "candidate_temperature": self.candidate_temperature,
+            "candidate_top_p": self.candidate_top_p,
             "warnings": list(self.noise.warnings),
         }
 
@@ -186,6 +188,7 @@ def configure(req: GenerationRequest) -> ESAConfig:
     return ESAConfig(
         t, k, cands, clip_norm, change, noise,
         p.nonnegative("member_temperature", 0.0), p.nonnegative("candidate_temperature", 1.0),
+        p.positive("candidate_top_p", 0.9, upper=1.0),
     )
 
 
@@ -216,7 +219,7 @@ def run(req: GenerationRequest, lm: Any, embedder: Any, rng: np.random.Generator
 
     zs = build_prompt(lm, req.template, [], req.query)
     cands = lm.generate([zs] * cfg.candidates, max_new_tokens=req.max_tokens, temperature=cfg.candidate_temperature,
-                        stop=stops, seed=model_seed(g))
+                        top_p=cfg.candidate_top_p, stop=stops, seed=model_seed(g))
     cand_texts = [clean_answer(c.text) for c in cands]
     cand_emb = np.asarray(embedder.embed(cand_texts), dtype=float)
     idx, dist = select_candidate(noisy, cand_emb)
