@@ -130,12 +130,12 @@ def fmt(xs: list[float]) -> str:
 
 def run_utility(args) -> dict[str, Any]:
     from app.icl import load_bundled
-    from app.mechanisms import DEFAULT_CLIP, get_mechanism
+    from app.mechanisms import DEFAULT_CLIP, DEFAULT_CLIP_CALIBRATED, get_mechanism
 
-    ds = load_bundled()
+    ds = load_bundled(args.task)
     lm = load_lm(args.threads)
     rnm, poe = get_mechanism("rnm"), get_mechanism("poe")
-    clip = args.clip if args.clip is not None else DEFAULT_CLIP
+    clips = {"raw": args.clip or DEFAULT_CLIP, "cal": args.clip or DEFAULT_CLIP_CALIBRATED}
     rows: dict[str, list[float]] = {}
 
     def add(key, value):
@@ -149,7 +149,7 @@ def run_utility(args) -> dict[str, Any]:
         zs_all = score(lm, ds, [[]], queries)
         icl_all = {t: score(lm, ds, [ex[:t]], queries) for t in TS}
         for variant, one_shot in one_all.items():
-            v = "" if variant == "raw" else "cal:"
+            v, clip = ("" if variant == "raw" else "cal:"), clips[variant]
             add(f"{v}zero_shot", float(np.mean(zs_all[variant][0].argmax(1) == truth)))
             for t in TS:
                 add(f"{v}icl|T={t}", float(np.mean(icl_all[t][variant][0].argmax(1) == truth)))
@@ -163,7 +163,7 @@ def run_utility(args) -> dict[str, Any]:
                     add(f"{v}poe|T={t}|eps={eps:g}", expected_accuracy(
                         poe, one_shot, truth, ds.labels, {"epsilon": eps, "clip": clip}, t))
         print(f"seed {seed} done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
-    return {"rows": rows, "clip": clip, "seconds": time.perf_counter() - t0}
+    return {"rows": rows, "clip": clips, "task": ds.name, "seconds": time.perf_counter() - t0}
 
 
 def table_utility(res: dict[str, Any], v: str = "") -> str:
@@ -183,7 +183,7 @@ def run_sweep(args) -> dict[str, Any]:
     from app.icl import load_bundled
     from app.mechanisms import get_mechanism
 
-    ds = load_bundled()
+    ds = load_bundled(args.task)
     lm = load_lm(args.threads)
     poe = get_mechanism("poe")
     rows: dict[str, list[float]] = {}
@@ -199,7 +199,7 @@ def run_sweep(args) -> dict[str, Any]:
                         rows.setdefault(f"{v}{c:g}|{t}|{eps:g}", []).append(
                             expected_accuracy(poe, one_shot, truth, ds.labels, {"epsilon": eps, "clip": c}, t))
         print(f"seed {seed} done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
-    out: dict[str, Any] = {"rows": rows, "seconds": time.perf_counter() - t0}
+    out: dict[str, Any] = {"rows": rows, "task": ds.name, "seconds": time.perf_counter() - t0}
     for v in (["", "cal:"] if CALIBRATE else [""]):
         means = {c: statistics.fmean(statistics.fmean(rows[f"{v}{c:g}|{t}|{e:g}"]) for t in TS for e in EPSILONS)
                  for c in CLIPS}
@@ -222,7 +222,7 @@ def run_latency(args) -> dict[str, Any]:
     from app.icl import load_bundled
     from app.mechanisms import get_mechanism
 
-    ds = load_bundled()
+    ds = load_bundled(args.task)
     lm = load_lm(args.threads)
     ex = ds.exemplars("train")[:4]
     queries = [e.input for e in ds.test[: args.queries]]
@@ -248,9 +248,11 @@ def run_latency(args) -> dict[str, Any]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["utility", "sweep-clip", "latency"])
+    ap.add_argument("--task", default="assistant_intents", help="bundled task (app.icl.load_bundled)")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--queries", type=int, default=30)
-    ap.add_argument("--clip", type=float, default=None, help="PoE clip for 'utility' (default: DEFAULT_CLIP)")
+    ap.add_argument("--clip", type=float, default=None,
+                    help="PoE clip for 'utility' (default: DEFAULT_CLIP, DEFAULT_CLIP_CALIBRATED when calibrated)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared machine)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     ap.add_argument("--calibrate", action="store_true", help="contextual calibration (Zhao et al. 2021) everywhere")
@@ -261,7 +263,8 @@ def main(argv=None) -> int:
     if args.what == "utility":
         res = run_utility(args)
         for v in variants:
-            print(f"\n{'calibrated' if v else 'uncalibrated'} (PoE clip {res['clip']:g})\n" + table_utility(res, v))
+            c = res["clip"]["cal" if v else "raw"]
+            print(f"\n{res['task']}, {'calibrated' if v else 'uncalibrated'} (PoE clip {c:g})\n" + table_utility(res, v))
     elif args.what == "sweep-clip":
         res = run_sweep(args)
         for v in variants:

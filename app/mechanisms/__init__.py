@@ -17,7 +17,7 @@ from app.mechanisms.base import (
     register,
 )
 from app.mechanisms.errors import MechanismParamError, UnknownMechanismError
-from app.mechanisms.poe import DEFAULT_CLIP, PoE, PoEParams
+from app.mechanisms.poe import DEFAULT_CLIP, DEFAULT_CLIP_CALIBRATED, PoE, PoEParams
 from app.mechanisms.rng import resolve_rng, secure_rng
 from app.mechanisms.rnm import RNM, RNMParams
 from app.mechanisms.sensitivity import UnitChange
@@ -30,6 +30,7 @@ __all__ = [
     "ICL",
     "ZeroShot",
     "DEFAULT_CLIP",
+    "DEFAULT_CLIP_CALIBRATED",
     "Mechanism",
     "MechanismParamError",
     "MechanismParams",
