@@ -26,8 +26,20 @@ from app.audit.estimates import (
 )
 from app.audit.insertion import INSERTIONS, paired_contexts, plan_trials, replace_one
 from app.audit.noise import BUGS, VotingNoise, gaussian_voting_noise, rnm_noise
-from app.audit.queries import QUERY_STRATEGIES, AttackQuery, QueryStrategy, get_strategy, resolve_query
-from app.audit.targets import BrokenVoting, MechanismTarget, Observation, RemoteTarget, SimulatedVotingTarget
+from app.audit.queries import (
+    QUERY_STRATEGIES,
+    AttackQuery,
+    QueryStrategy,
+    get_strategy,
+    resolve_query,
+)
+from app.audit.targets import (
+    BrokenVoting,
+    MechanismTarget,
+    Observation,
+    RemoteTarget,
+    SimulatedVotingTarget,
+)
 
 __all__ = [
     "BUGS", "CANARY_KINDS", "DEFAULT_N_SAMPLE", "FALSE_FACTS", "INSERTIONS", "QUERY_STRATEGIES", "THREAT_MODELS",

@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from app.audit.estimates import Estimates, estimates_from_counts, margin_statistic, select_threshold
+from app.audit.estimates import (
+    Estimates,
+    estimates_from_counts,
+    margin_statistic,
+    select_threshold,
+)
 from app.audit.noise import VotingNoise
 
 DEFAULT_N_SAMPLE = 400_000

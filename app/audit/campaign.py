@@ -24,14 +24,22 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from app.audit.bootstrap import DEFAULT_N_SAMPLE, BootstrapResult, bootstrap_audit
 from app.audit.canaries import Canary
-from app.audit.estimates import STATISTICS, THREAT_MODELS, Estimates, estimates_from_guesses, margin_statistic, white_box_estimates
+from app.audit.estimates import (
+    STATISTICS,
+    THREAT_MODELS,
+    Estimates,
+    estimates_from_guesses,
+    margin_statistic,
+    white_box_estimates,
+)
 from app.audit.insertion import paired_contexts, plan_trials
 from app.audit.queries import AttackQuery, QueryStrategy, resolve_query
 
@@ -114,7 +122,7 @@ def run_campaign(
     target: Any,
     exemplars: Sequence[tuple[str, str]],
     canary: Canary,
-    strategy: "str | QueryStrategy | Mapping[str, Any]",
+    strategy: str | QueryStrategy | Mapping[str, Any],
     *,
     task_labels: Sequence[str],
     template: Mapping[str, Any] | None = None,

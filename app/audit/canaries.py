@@ -11,8 +11,9 @@ exemplar ``(text, label)``: "Input: canary text, label: canary label"
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

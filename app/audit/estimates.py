@@ -26,8 +26,9 @@ Estimates, side by side (all from ``app.privacy``):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import special

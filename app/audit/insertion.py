@@ -12,8 +12,8 @@ Either way each trial knows its truth (``member``) and its context.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

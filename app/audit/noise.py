@@ -14,8 +14,9 @@ mechanism lives here, not in the mechanism registry):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class VotingNoise:
     def applied_scale(self) -> float:
         return self.scale * self.noise_multiplier
 
-    def with_bug(self, bug: "str | Mapping[str, Any] | None") -> "VotingNoise":
+    def with_bug(self, bug: str | Mapping[str, Any] | None) -> VotingNoise:
         return replace(self, **parse_bug(bug))
 
     def sample(self, votes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -68,7 +69,7 @@ class VotingNoise:
                 "noise_multiplier": self.noise_multiplier, "winner_only": self.winner_only}
 
 
-def parse_bug(bug: "str | Mapping[str, Any] | None") -> dict[str, Any]:
+def parse_bug(bug: str | Mapping[str, Any] | None) -> dict[str, Any]:
     if bug is None or bug == "none":
         return {"noise_multiplier": 1.0, "winner_only": False}
     if isinstance(bug, Mapping):

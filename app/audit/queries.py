@@ -21,8 +21,9 @@ adding an entry to :data:`QUERY_STRATEGIES` (or pass your own QueryStrategy).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from app.audit.canaries import Canary
 
@@ -42,7 +43,7 @@ class QueryStrategy:
     source: str = ""
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, Any]) -> "QueryStrategy":
+    def from_mapping(cls, m: Mapping[str, Any]) -> QueryStrategy:
         known = set(cls.__dataclass_fields__)
         unknown = set(m) - known
         if unknown:
@@ -155,7 +156,7 @@ class AttackQuery:
                 "canary": self.canary.to_dict()}
 
 
-def get_strategy(strategy: "str | QueryStrategy | Mapping[str, Any]") -> QueryStrategy:
+def get_strategy(strategy: str | QueryStrategy | Mapping[str, Any]) -> QueryStrategy:
     if isinstance(strategy, QueryStrategy):
         return strategy
     if isinstance(strategy, Mapping):
@@ -180,7 +181,7 @@ def _role(value: str, canary: Canary, task_labels: Sequence[str], exemplar_label
 
 
 def resolve_query(
-    strategy: "str | QueryStrategy | Mapping[str, Any]",
+    strategy: str | QueryStrategy | Mapping[str, Any],
     canary: Canary,
     task_labels: Sequence[str],
     exemplars: Sequence[tuple[str, str]] = (),

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -81,11 +82,19 @@ class BrokenVoting:
         return get_mechanism("rnm").cost(params, n_exemplars)  # the claim the bug breaks
 
     def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None):
-        from app.icl import get_template, partition_exemplars, partition_label_distribution
+        from app.icl import (
+            get_template,
+            partition_exemplars,
+            partition_label_distribution,
+        )
         from app.mechanisms import get_mechanism
-        from app.mechanisms.base import ClassificationResult, check_labels, normalize_exemplars
-        from app.mechanisms.rnm import RNMParams, resolve_partitions
+        from app.mechanisms.base import (
+            ClassificationResult,
+            check_labels,
+            normalize_exemplars,
+        )
         from app.mechanisms.rng import resolve_rng
+        from app.mechanisms.rnm import RNMParams, resolve_partitions
 
         rnm = get_mechanism("rnm")
         p = RNMParams.from_mapping(params)

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.audit import CampaignConfig, Canary, SimulatedVotingTarget, bootstrap_audit, gaussian_voting_noise, run_campaign
+from app.audit import (
+    CampaignConfig,
+    Canary,
+    SimulatedVotingTarget,
+    bootstrap_audit,
+    gaussian_voting_noise,
+    run_campaign,
+)
 from app.privacy.gdp import gdp_epsilon
 
 DELTA = 1e-5

@@ -10,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.audit import CampaignConfig, MechanismTarget, RemoteTarget, bootstrap_audit, make_canary, rnm_noise, run_campaign
+from app.audit import (
+    CampaignConfig,
+    MechanismTarget,
+    RemoteTarget,
+    bootstrap_audit,
+    make_canary,
+    rnm_noise,
+    run_campaign,
+)
 from app.icl import load_bundled
 
 PARAMS = {"epsilon": 1.0, "delta": 1e-5, "partitions": 2, "shots_per_partition": 1}

@@ -46,7 +46,7 @@ class TargetConfig(BaseModel):
     votes_without: list[float] | None = None
 
     @model_validator(mode="after")
-    def _shape(self) -> "TargetConfig":
+    def _shape(self) -> TargetConfig:
         if self.type == "remote" and not self.url:
             raise ValueError("url: required for a remote target")
         if (self.votes_with is None) != (self.votes_without is None):
@@ -162,8 +162,15 @@ class CanaryMIAKind(JobKind):
 
     def run(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
         from app.audit import (
-            CampaignConfig, MechanismTarget, RemoteTarget, SimulatedVotingTarget, make_canary, resolve_query,
-            rnm_noise, run_campaign, summary,
+            CampaignConfig,
+            MechanismTarget,
+            RemoteTarget,
+            SimulatedVotingTarget,
+            make_canary,
+            resolve_query,
+            rnm_noise,
+            run_campaign,
+            summary,
         )
         from app.audit.canaries import Canary
 
