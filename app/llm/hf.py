@@ -241,11 +241,30 @@ class HFLanguageModel:
         return result
 
     def _shared_prefix(self, rows: Sequence[Sequence[int]], cap: int) -> PrefixKV | None:
-        """The longest common prefix of ``rows`` (at most ``cap`` tokens) as keys/values, or None."""
+        """The longest common prefix of ``rows`` (at most ``cap`` tokens) as keys/values, or None.
+
+        For several rows the common prefix is computed once (or taken from the
+        LRU). A single row has nothing to share within the call: only what the
+        LRU already holds is used, and the caller stores the row afterwards
+        (:meth:`_remember`), which saves a separate prefix forward pass.
+        """
         if not self.prefix_reuse:
             return None
         common = batch_common_prefix(rows)[: max(0, cap)]
-        return self._prefix_kv(common)
+        if len(rows) > 1:
+            return self._prefix_kv(common)
+        if len(common) < self.min_prefix_tokens:
+            return None
+        entry, m = self.prefix_cache.best_match(common)
+        if entry is None or m < self.min_prefix_tokens:
+            return None
+        self.stats.prefix_cache_hits += 1
+        return entry.truncate(m)
+
+    def _remember(self, kv: KVBatch, tokens: Sequence[int]) -> None:
+        """Store a single unpadded row's keys/values in the LRU (after a one-row call)."""
+        if self.prefix_reuse and kv.n == 1 and len(tokens) >= self.min_prefix_tokens and bool(kv.mask.all()):
+            self.prefix_cache.put(kv.to_prefix(tokens))
 
     def _chunks(self, lengths: Sequence[int], fixed: int, rows_per_item: int = 1) -> list[list[int]]:
         """Group item indices (sorted by length) so that rows x (fixed + max length) fits max_batch_tokens."""
@@ -282,6 +301,8 @@ class HFLanguageModel:
                 lp = torch.log_softmax(self._logits(h), dim=-1)
                 out[chunk] = lp.cpu().numpy()
                 self.stats.reused_tokens += p * len(chunk)
+                if len(rows) == 1:
+                    self._remember(kv, rows[0])
         return out
 
     def continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
@@ -311,6 +332,8 @@ class HFLanguageModel:
                 else:
                     self._forward(kv, s1)
                     covered = [len(stage1[b]) for b in group]
+                    if b_count == 1:
+                        self._remember(kv, stage1[0])
                 self.stats.reused_tokens += p * len(group)
                 pair_kv = kv.select([g for g in range(len(group)) for _ in range(k_count)]) if k_count > 1 else kv
                 self.stats.reused_tokens += (k_count - 1) * sum(covered)
@@ -360,6 +383,8 @@ class HFLanguageModel:
             last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
             logits = self._logits(hidden[torch.arange(len(rows), device=self.device), last])
             self.stats.reused_tokens += p * len(rows)
+            if len(rows) == 1:
+                self._remember(kv, rows[0])
         return DecodeSession(self, kv, logits, rows)
 
     def _decode_step(self, kv: KVBatch, tokens: Sequence[int]) -> torch.Tensor:
