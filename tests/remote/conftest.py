@@ -44,7 +44,7 @@ def remote_lm():
     lm.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_torch_thread():
     """The in-process reference on one torch thread: the vLLM engine holds the other core."""
     import torch

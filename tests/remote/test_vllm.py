@@ -89,13 +89,21 @@ def test_next_token_logprobs_agree_with_hf(remote_lm, lm, prompts):
     np.testing.assert_allclose(np.exp(got.astype(np.float64)).sum(1), 1.0, atol=1e-4)
 
 
+CONTS = [" billing", " shipping", " Paris is lovely in spring", "", " 4"]
+
+
+@pytest.fixture(scope="module")
+def hf_scores(lm, prompts):
+    return lm.continuation_logprobs(prompts, CONTS)
+
+
 @pytest.mark.parametrize("route, declared", [
     ("default: label ids + prompt_logprobs", {}),
     ("label ids only (teacher forcing by prefix)", {"prompt_logprobs": False, "full_vocab_logprobs": False}),
     ("prompt_logprobs only", {"logprob_token_ids": False, "full_vocab_logprobs": False}),
 ])
-def test_continuation_scores_agree_with_hf(remote_lm, lm, prompts, route, declared):
-    conts = [" billing", " shipping", " Paris is lovely in spring", "", " 4"]
+def test_continuation_scores_agree_with_hf(remote_lm, lm, prompts, hf_scores, route, declared):
+    conts = CONTS
     model = remote_lm if not declared else load_remote_lm(capabilities=declared)
     try:
         t0 = time.perf_counter()
@@ -104,7 +112,7 @@ def test_continuation_scores_agree_with_hf(remote_lm, lm, prompts, route, declar
     finally:
         if model is not remote_lm:
             model.close()
-    want = lm.continuation_logprobs(prompts, conts)
+    want = hf_scores
     n_tokens = np.array([max(1, len(lm.tokenize(c))) if c else 1 for c in conts])
     diff = np.abs(got - want)
     print(f"{route}: max |diff| {diff.max():.3g} ({took:.1f} s)")
