@@ -1,15 +1,16 @@
 """PostgreSQL mode: procrastinate carries "run job X" to ``dpicl worker`` processes.
 
 procrastinate is the transport only: the API defers ``dpicl.run_audit_job(job_id)``
-after it commits the row (queueing lock ``audit:<id>``: at most one waiting per
-job); a worker runs the task, which claims the row with the same conditional
+in the transaction that inserts the row (procrastinate's own defer function,
+queueing lock ``audit:<id>``: at most one waiting per job), so a row never exists
+without its message; a worker runs the task, which claims the row with the same conditional
 UPDATE as the in-process runner and executes it through the same executor. The
 row keeps the state, the heartbeat and the attempts, so both modes behave alike.
 
 A maintenance loop (in every worker, and in the server) reaps stalled rows,
-defers a procrastinate job for every queued row that has none waiting (a defer
-lost to a crash between commit and defer, a job the reaper queued again, a job
-a stopping worker handed back), closes procrastinate jobs left ``doing`` by dead
+defers a procrastinate job for every queued row that has none waiting (a job the
+reaper queued again, a job a stopping worker handed back, a row written by a
+server in another runner mode), closes procrastinate jobs left ``doing`` by dead
 workers, and delivers due webhooks.
 """
 
@@ -187,12 +188,10 @@ class ProcrastinateTransport:
         ]
         log.info("procrastinate transport ready (jobs run in `dpicl worker` processes)")
 
-    async def defer(self, job_id: str) -> None:
-        try:
-            await defer(self.app, job_id)
-        except Exception:
-            # The row is committed: the maintenance loop of any worker defers it later.
-            log.exception("could not defer job %s now; maintenance will", job_id)
+    @staticmethod
+    def enqueue(session, job_id: str) -> None:
+        """Given to ``repo.create_job``: the row and its procrastinate job commit in one transaction."""
+        repo.enqueue_procrastinate(session, job_id, queue=QUEUE, task_name=TASK_NAME, lock_prefix=LOCK_PREFIX)
 
     async def stop(self) -> None:
         self._stop.set()

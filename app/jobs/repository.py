@@ -19,7 +19,8 @@ e.g. NTP; the stall timeout is much larger than any sane skew).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -78,9 +79,12 @@ def create_job(
     request_hash: str,
     max_attempts: int,
     tenant_id: str = DEFAULT_TENANT,
+    enqueue: Callable[[Session, str], None] | None = None,
 ) -> tuple[AuditJob, bool]:
     """Insert a queued job and commit. Returns ``(job, created)``; with a known
-    idempotency key and the same body hash, the existing job and False."""
+    idempotency key and the same body hash, the existing job and False.
+    ``enqueue(session, job_id)`` runs in the same transaction (the procrastinate
+    transport: the row and its "run job X" message commit together, or neither)."""
 
     def existing() -> AuditJob | None:
         if idempotency_key is None:
@@ -113,13 +117,16 @@ def create_job(
     )
     s.add(job)
     try:
-        s.commit()
+        s.flush()
     except IntegrityError:
         s.rollback()
         found = existing()
         if found is None:
             raise
         return found, False
+    if enqueue is not None:
+        enqueue(s, job.id)
+    s.commit()
     return job, True
 
 
@@ -528,3 +535,15 @@ def queued_without_transport(
     ).all()
     s.rollback()
     return [r[0] for r in rows]
+
+
+def enqueue_procrastinate(s: Session, job_id: str, *, queue: str, task_name: str, lock_prefix: str) -> None:
+    """Defer procrastinate's "run job X" in the caller's transaction, through procrastinate's own SQL
+    function (what ``Task.defer`` runs; its NOTIFY wakes the workers when the transaction commits)."""
+    s.execute(
+        text(
+            "SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(:queue, :task, 0, NULL, :qlock, CAST(:args AS jsonb), "
+            "NULL::timestamptz)]::procrastinate_job_to_defer_v1[])"
+        ),
+        {"queue": queue, "task": task_name, "qlock": lock_prefix + job_id, "args": json.dumps({"job_id": job_id})},
+    )

@@ -101,6 +101,7 @@ def submit(
     webhook_url: str | None,
     idempotency_key: str | None,
     tenant_id: str = DEFAULT_TENANT,
+    enqueue=None,
 ) -> Submitted:
     """Validate and insert a queued job (blocking: call it from a thread). Raises UnknownKind,
     ConfigInvalid, JobConfigError, repo.IdempotencyConflict."""
@@ -124,6 +125,7 @@ def submit(
             request_hash=digest,
             max_attempts=settings.job_max_attempts,
             tenant_id=tenant_id,
+            enqueue=enqueue,
         )
         if created:
             resource = job_resource(job, [])

@@ -7,7 +7,10 @@ from datetime import timedelta
 
 import pytest
 
+from sqlalchemy import select
+
 from app.jobs import repository as repo
+from app.store.job_tables import AuditJob
 from app.store import Database
 from app.store.base import utcnow
 
@@ -192,3 +195,37 @@ def test_webhook_attempt_is_leased_once(db):
         assert due[job_id] == 0
         wins = [repo.lease_webhook(s, job_id, 0, 30) for _ in range(3)]
     assert wins == [True, False, False]
+
+
+def test_procrastinate_message_commits_with_the_row_or_not_at_all(db, jobs_db):
+    """PostgreSQL: the submit transaction writes the row and procrastinate's job together."""
+    if not jobs_db.startswith("postgresql"):
+        pytest.skip("procrastinate is the PostgreSQL transport")
+    import psycopg
+
+    from app.jobs import pg_transport
+
+    pg_transport.ensure_schema(jobs_db)
+    assert pg_transport.ensure_schema(jobs_db) is False  # idempotent
+
+    with db.session() as s:
+        job, created = repo.create_job(s, kind="sleep", config={}, claimed_epsilon=None, claimed_delta=None,
+                                       webhook_url=None, idempotency_key=None, request_hash="h", max_attempts=1,
+                                       enqueue=pg_transport.ProcrastinateTransport.enqueue)
+    with psycopg.connect(pg_transport.conninfo(jobs_db)) as conn:
+        rows = conn.execute("SELECT task_name, status, args FROM procrastinate_jobs WHERE queueing_lock = %s",
+                            (pg_transport.LOCK_PREFIX + job.id,)).fetchall()
+    assert rows == [(pg_transport.TASK_NAME, "todo", {"job_id": job.id})]
+
+    def broken(session, job_id):
+        pg_transport.ProcrastinateTransport.enqueue(session, job_id)
+        raise RuntimeError("crash between the two writes")
+
+    with db.session() as s, pytest.raises(RuntimeError):
+        repo.create_job(s, kind="sleep", config={}, claimed_epsilon=None, claimed_delta=None, webhook_url=None,
+                        idempotency_key="atomic-1", request_hash="h", max_attempts=1, enqueue=broken)
+    with db.session() as s:
+        assert s.scalar(select(AuditJob).where(AuditJob.idempotency_key == "atomic-1")) is None
+    with psycopg.connect(pg_transport.conninfo(jobs_db)) as conn:
+        n = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()[0]
+    assert n == 1

@@ -66,6 +66,7 @@ async def create_audit(
     ] = None,
 ):
     webhook_url = str(body.webhook_url) if body.webhook_url is not None else None
+    runner = service.get_runner(request.app)
     try:
         sub = await run_in_threadpool(
             service.submit,
@@ -77,6 +78,7 @@ async def create_audit(
             webhook_url=webhook_url,
             idempotency_key=idempotency_key,
             tenant_id=who.tenant_id,
+            enqueue=getattr(runner, "enqueue", None),
         )
     except service.ConfigInvalid as exc:
         param = exc.errors[0][0]
@@ -96,12 +98,8 @@ async def create_audit(
             param="Idempotency-Key",
             code="idempotency_key_reused",
         ) from None
-    runner = service.get_runner(request.app)
     if sub.created and runner is not None:
-        if runner.name == "procrastinate":
-            await runner.defer(sub.job_id)
-        else:
-            runner.notify()
+        runner.notify()
     headers = _job_headers(sub.resource)
     if not sub.created:
         headers["Idempotent-Replayed"] = "true"
