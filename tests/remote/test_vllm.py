@@ -64,6 +64,30 @@ def test_capabilities_are_discovered(remote_lm, lm):
     assert remote_lm.eos_token_ids == lm.eos_token_ids
 
 
+def test_configured_like_any_other_model(remote_lm):
+    """DPICL_MODELS -> Runtime.load_models -> a served remote model whose capabilities /v1/models can list."""
+    import json
+
+    from app.config import load_settings
+    from app.runtime import Runtime
+
+    settings = load_settings(
+        database_url="sqlite:///:memory:", migrate_on_startup=False,
+        models=[{"name": "vllm-lm", "kind": "lm", "backend": "remote", "source": VLLM_URL,
+                 "options": {"served_model_name": remote_lm.model_id, "max_concurrency": 4, "timeout": 60}}],
+    )
+    rt = Runtime.create(settings)
+    try:
+        rt.load_models()
+        model = rt.get_model(None, "lm")
+        assert model.name == "vllm-lm" and model.backend == "remote"
+        caps = json.loads(json.dumps(model.capabilities().to_dict()))
+        assert caps["full_vocab_logprobs"] and caps["served_model_name"] == remote_lm.model_id
+    finally:
+        rt.models["vllm-lm"].close()
+        rt.close()
+
+
 def test_tokens_and_chat_template_are_the_hf_backends(remote_lm, lm, prompts):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"}]
     assert remote_lm.apply_chat_template(messages) == lm.apply_chat_template(messages)
