@@ -20,7 +20,7 @@ log = logging.getLogger("dpicl.jobs")
 
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 # Progress writes closer together than this are kept in memory (the heartbeat thread
-# and the next write carry them); cancellation is still seen at every progress point.
+# and the next write carry them); a cancel flag read by any write is seen at the next progress point.
 _MIN_WRITE_INTERVAL = 0.2
 
 
@@ -47,8 +47,9 @@ class JobContext:
         self._cancel = threading.Event()
         self._lost = threading.Event()
         self._last_write = 0.0
-        self._last_message: str | None = None
+        self._message: str | None = None
         self._fraction = 0.0
+        self._reported = False
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
 
@@ -59,11 +60,13 @@ class JobContext:
         cancel was requested, JobShutdown when the worker is stopping."""
         f = float(fraction)
         self._fraction = min(1.0, max(0.0, f)) if math.isfinite(f) else self._fraction
+        if message is not None:
+            self._message = message
+        self._reported = True
         now = time.monotonic()
-        if message != self._last_message or now - self._last_write >= _MIN_WRITE_INTERVAL:
-            self._write(progress=self._fraction, message=message)
+        if now - self._last_write >= _MIN_WRITE_INTERVAL:
             self._last_write = now
-            self._last_message = message
+            self._write(progress=self._fraction, message=self._message)
         self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -110,7 +113,8 @@ class JobContext:
         def beat() -> None:
             while not self._hb_stop.wait(interval):
                 try:
-                    self._write()
+                    # Carries the latest progress too (writes closer than _MIN_WRITE_INTERVAL were skipped).
+                    self._write(progress=self._fraction if self._reported else None, message=self._message)
                 except Exception:  # a database hiccup: the next beat tries again
                     log.warning("heartbeat of job %s failed", self.job_id, exc_info=True)
                 if self._lost.is_set():

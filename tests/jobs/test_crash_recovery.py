@@ -139,7 +139,7 @@ def test_procrastinate_workers_survive_kill_9_of_a_worker_and_the_server(pg_data
         workers.pop(victim).kill9()
         srv.kill9()  # the server is gone for the rest of the test: rows are read from SQL
         assert _row(url, a).status == "running"  # nobody left to say otherwise
-        # A job committed by a server that died before deferring it.
+        # A queued row without a procrastinate job (a server in another runner mode wrote it).
         c_id = _insert_queued(url, {"steps": 2, "step_seconds": 0.01})
 
         done = _wait_row(url, a, 60, lambda r: r.status in ("succeeded", "failed"))

@@ -229,3 +229,33 @@ def test_procrastinate_message_commits_with_the_row_or_not_at_all(db, jobs_db):
     with psycopg.connect(pg_transport.conninfo(jobs_db)) as conn:
         n = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()[0]
     assert n == 1
+
+
+def test_progress_writes_are_throttled_and_the_heartbeat_carries_the_latest(db):
+    import time
+    from types import SimpleNamespace
+
+    from app.jobs.context import JobContext
+    from app.jobs.errors import JobCancelled
+
+    _drain(db)
+    job_id = _new(db)
+    with db.session() as s:
+        repo.claim(s, job_id, "w")
+    rt = SimpleNamespace(db=db, settings=SimpleNamespace(job_heartbeat_seconds=0.1))
+    ctx = JobContext(rt, job_id=job_id, kind="sleep", attempt=1, worker_id="w")
+    ctx.start_heartbeat()
+    try:
+        ctx.progress(0.1, "first")        # written
+        ctx.progress(0.5, "second")       # within 0.2 s: kept in memory...
+        assert _row(db, job_id).progress == 0.1
+        time.sleep(0.4)                   # ...and carried by the heartbeat
+        row = _row(db, job_id)
+        assert (row.progress, row.progress_message) == (0.5, "second")
+        with db.session() as s:
+            repo.request_cancel(s, job_id)
+        time.sleep(0.3)
+        with pytest.raises(JobCancelled):
+            ctx.progress(0.6)
+    finally:
+        ctx.stop_heartbeat()
