@@ -29,10 +29,10 @@ def by_label(ds):
 
 
 def test_family_equals_plain_calls_and_computes_the_trie_minimum(lm, task):
-    ex = task.exemplars()[:3]
+    ex = task.exemplars()[:2]
     tpl = task.template
     q = task.test[0].input
-    sets = [ex] + [ex[:i] + ex[i + 1:] for i in range(3)]
+    sets = [ex] + [ex[:i] + ex[i + 1:] for i in range(2)]
     prompts = [tpl.render(s, x, task.labels) for s in sets for x in (q, "N/A")]
     conts = tpl.continuations(task.labels) + [" " + task.labels[0] + " request"]  # one multi-token label
     lm.clear_prefix_cache()
@@ -66,18 +66,17 @@ def test_removing_a_duplicate_changes_little_removing_the_only_exemplar_of_a_lab
 
 
 def test_small_iclinf_runs_label_calibrated_and_full(lm, task):
-    lab = iclinf(lm, task.exemplars(), task.exemplars("test"), task.labels, task.template, n_shots=2, m=2,
+    lab = iclinf(lm, task.exemplars(), task.exemplars("test"), task.labels, task.template, n_shots=2, m=1,
                  calibrate=True, seed=1)
     full = iclinf(lm, task.exemplars(), task.exemplars("test"), task.labels, task.template, n_shots=2, m=2,
                   variant="full", seed=1)
-    assert [q.exemplar_indices for q in lab.queries] == [q.exemplar_indices for q in full.queries]
     for r in (lab, full):
-        assert r.m == 2 and len(r.per_position_mean) == 2 and np.isfinite(r.mean) and r.mean > 0
+        assert len(r.per_position_mean) == 2 and np.isfinite(r.mean) and r.mean > 0
         assert r.counts["tokens_computed"] == r.counts["tokens_minimum"] and r.counts["path"] == "trie"
         assert r.mean == pytest.approx(np.mean([q.loss for q in r.queries]))
-    assert lab.accuracy in (0.0, 0.5, 1.0) and full.accuracy is None
-    d = lab.to_dict(queries=True)
-    assert d["iclinf_mean"] == lab.mean and len(d["queries"]) == 2 and "per_position" in d["queries"][0]
+    assert lab.accuracy in (0.0, 1.0) and full.accuracy is None and full.m == 2
+    d = full.to_dict(queries=True)
+    assert d["iclinf_mean"] == full.mean and len(d["queries"]) == 2 and "per_position" in d["queries"][0]
 
 
 @pytest.mark.parametrize("neighbour", ["zero-out", "remove"])
