@@ -688,11 +688,11 @@ class RemoteLanguageModel:
         return body
 
     async def _probe_generation(self) -> None:
-        ids = await self._plain_ids("Hello") if self._have.get("tokenize") else None
-        body = self._completion_body(ids or [0], self._salt(None), max_tokens=1, return_token_ids=True)
-        if ids is None:
-            body["prompt"] = "Hello"
-            body.pop("add_special_tokens")
+        if self._have.get("tokenize"):
+            ids = self._bos(await self._plain_ids("Hello"))
+            body = self._completion_body(ids, self._salt(None), max_tokens=1, return_token_ids=True)
+        else:  # standard OpenAI fields only
+            body = {"model": self.model_id, "prompt": "Hello", "max_tokens": 1, **self._salt(None)}
         _first_choice(await self._post("/v1/completions", body), "a generation probe")
 
     async def _probe_full_vocab(self) -> None:
@@ -960,19 +960,14 @@ class RemoteLanguageModel:
                 ids = prows[b] + conts[k]
                 out[b, k] = float(sum(await self._prompt_token_logprobs(ids, len(prows[b]), salt)))
 
+            next_token = labels or full  # a next-token route exists
+            # Multi-token continuations: one prompt_logprobs pass per pair where the server has it.
+            via_plp = (long_ if plp else []) + ([] if next_token else short)
+            via_prefix = [k for k in short + long_ if k not in via_plp]
             for b in range(len(prows)):
-                if long_ and plp:
-                    jobs.extend(by_prompt_logprobs(b, k) for k in long_)
-                    if short:
-                        jobs.append(by_prefix(b, short) if (labels or full) else _noop())
-                        if not (labels or full):
-                            jobs.extend(by_prompt_logprobs(b, k) for k in short)
-                else:
-                    ks = short + long_
-                    if labels or full:
-                        jobs.append(by_prefix(b, ks))
-                    else:
-                        jobs.extend(by_prompt_logprobs(b, k) for k in ks)
+                jobs.extend(by_prompt_logprobs(b, k) for k in via_plp)
+                if via_prefix:
+                    jobs.append(by_prefix(b, via_prefix))
             await self.transport.gather(jobs)
             return out
 
@@ -1000,7 +995,7 @@ class RemoteLanguageModel:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         self.require("generation", "generate")
-        self.require("tokenize", "generate")
+        tokenized = self._has("tokenize")  # without vLLM's /tokenize: text prompts, standard fields only
         if isinstance(stop, str):
             stop = [stop]
         stops = [s for s in (stop or []) if s]
@@ -1009,31 +1004,33 @@ class RemoteLanguageModel:
         # when it never reached the server.
         idempotent = temperature == 0.0 or seed is not None
 
-        async def one(i: int, ids: list[int]) -> Generation:
+        async def one(i: int, ids: list[int] | str) -> Generation:
             if max_new_tokens == 0:
                 return Generation("", [], "length")
-            room = (self._max_context - len(ids)) if self._max_context else max_new_tokens
+            room = (self._max_context - len(ids)) if (self._max_context and tokenized) else max_new_tokens
             if room < 1:
                 return Generation("", [], "length")
             extra: dict[str, Any] = {
                 "max_tokens": min(max_new_tokens, room),
                 "temperature": float(temperature),
                 "top_p": float(top_p),
-                "stop": stops,
-                "return_token_ids": True,
-                "skip_special_tokens": True,
             }
+            if stops:
+                extra["stop"] = stops
             if seed is not None:
                 extra["seed"] = int(seed) + i
-            body = await self._post("/v1/completions", self._completion_body(ids, salt, **extra),
-                                    idempotent=idempotent)
+            if tokenized:
+                req = self._completion_body(ids, salt, return_token_ids=True, skip_special_tokens=True, **extra)
+            else:
+                req = {"model": self.model_id, "prompt": ids, **salt, **extra}
+            body = await self._post("/v1/completions", req, idempotent=idempotent)
             choice = _first_choice(body, "a generation request")
             tokens = [int(t) for t in (choice.get("token_ids") or [])]
             finish = "stop" if choice.get("finish_reason") == "stop" else "length"
             return Generation(str(choice.get("text") or ""), tokens, finish)
 
         async def go() -> list[Generation]:
-            rows = await self._encode_prompts(prompts)
+            rows: Sequence[list[int] | str] = await self._encode_prompts(prompts) if tokenized else list(prompts)
             return await self.transport.gather([one(i, r) for i, r in enumerate(rows)])
 
         if not prompts:
@@ -1063,10 +1060,6 @@ class RemoteLanguageModel:
 
     def __repr__(self) -> str:
         return f"RemoteLanguageModel(name={self.name!r}, server={self.opts.base_url!r}, model={self.model_id!r})"
-
-
-async def _noop() -> None:
-    return None
 
 
 class RemoteDecodeSession:

@@ -218,6 +218,22 @@ def test_generate_and_chat(server, toy):
     assert text == "[user]hi<eos>[assistant]" and toy.tokenize(text) == tokenize(text)
 
 
+def test_generation_without_vllm_tokenize_sends_text_and_standard_fields(server):
+    lm = remote(server.url, capabilities={"tokenize": False})
+    try:
+        caps = lm.capabilities()
+        assert caps.generation and not caps.continuation_scoring and not caps.full_vocab_logprobs
+        out = lm.generate(["ab"], max_new_tokens=3, seed=5)
+        body = server.bodies("/v1/completions")[-1]
+        assert body["prompt"] == "ab" and body["seed"] == 5 and body["max_tokens"] == 3
+        assert not {"top_k", "return_token_ids", "add_special_tokens"} & set(body) and "cache_salt" in body
+        assert out[0].text and out[0].finish_reason == "length"
+        with pytest.raises(CapabilityError, match="'tokenize'"):
+            lm.tokenize("ab")
+    finally:
+        lm.close()
+
+
 def test_embedder(server):
     emb = remote(server.url, kind="embedder", embed_batch_size=2)
     try:
