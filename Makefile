@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install serve test bench clean-venv
+.PHONY: install serve test clean-venv
 
 install: $(VENV)/.installed
 
@@ -25,9 +25,6 @@ serve: install
 test: install
 	$(BIN)/dpicl models --warm
 	$(BIN)/pytest -q
-
-bench: install
-	$(BIN)/python -m benchmarks
 
 clean-venv:
 	rm -rf $(VENV)
