@@ -265,3 +265,15 @@ def test_the_event_loop_stays_free_while_jobs_run(client):
         assert client.get(f"/v1/audits/{jobs[0]['id']}").status_code == 200
         worst = max(worst, time.perf_counter() - t0)
     assert worst < 1.0, worst
+
+
+def test_retry_after_grows_with_the_age_of_the_job():
+    from datetime import datetime, timedelta, timezone
+
+    from app.api.routes.audits import retry_after
+
+    def at(seconds_ago):
+        t = datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)
+        return {"created_at": t.isoformat().replace("+00:00", "Z")}
+
+    assert [retry_after(at(s)) for s in (0, 5, 100, 250, 10_000)] == [1, 1, 10, 25, 30]

@@ -22,8 +22,17 @@ log = logging.getLogger("dpicl.api.audits")
 
 router = APIRouter(prefix="/v1/audits", tags=["audits"])
 
-# Seconds a client should wait before polling a job that is not finished.
-RETRY_AFTER_SECONDS = 1
+# Seconds a client should wait before polling a job that is not finished: 1 s for a new job,
+# growing with its age (a tenth of it) up to 30 s, so that hour-long audits are not polled every second.
+RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 30
+
+
+def retry_after(resource: dict[str, Any]) -> int:
+    from datetime import datetime, timezone
+
+    created = datetime.fromisoformat(resource["created_at"].replace("Z", "+00:00"))
+    age = (datetime.now(timezone.utc) - created).total_seconds()
+    return int(min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, age / 10)))
 
 JobId = Annotated[str, Path(min_length=1, max_length=64)]
 # Every route needs a key with the "audit" scope (open mode: everyone); jobs belong to the key's tenant.
@@ -52,7 +61,7 @@ def _not_found(job_id: str) -> APIError:
 def _job_headers(resource: dict[str, Any]) -> dict[str, str]:
     headers = {"Location": resource["url"]}
     if resource["status"] in ("queued", "running"):
-        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        headers["Retry-After"] = str(retry_after(resource))
     return headers
 
 
