@@ -38,6 +38,7 @@ __all__ = [
     "ICLInfQuery",
     "ICLInfResult",
     "Variant",
+    "family_distributions",
     "iclinf",
     "iclinf_query",
     "iclinf_sweep",
@@ -106,10 +107,9 @@ def _family_prompts(lm: Any, tpl: PromptTemplate, exemplars: Sequence[Exemplar],
     return out, per
 
 
-def query_distributions(
+def family_distributions(
     lm: Any,
-    exemplars: Sequence[Any],
-    query: str,
+    items: Sequence[tuple[Sequence[Any], str]],
     labels: Sequence[str],
     template: PromptTemplate | str | None = None,
     *,
@@ -118,32 +118,55 @@ def query_distributions(
     content_free: Sequence[str] = CONTENT_FREE_INPUTS,
     eps: float = CALIBRATION_EPS,
     use_trie: bool | None = None,
-) -> tuple[np.ndarray, TrieCounts]:
-    """(n+1, K or V) log-distributions: row 0 with every exemplar, row i without exemplar i; one family call."""
+) -> tuple[list[np.ndarray], TrieCounts]:
+    """For each (exemplars, query): the (n+1, K or V) log-distributions, row 0 with every exemplar, row i
+    without exemplar i. All prompts of all items go through one :func:`score_family` call."""
     labs = check_labels(labels)
     tpl = get_template(template)
-    ex = [as_exemplar(e) for e in exemplars]
-    if not ex:
-        raise ValueError("need at least one exemplar to leave out")
     if variant not in ("label", "full"):
         raise ValueError(f"variant must be 'label' or 'full', got {variant!r}")
     if calibrate and not content_free:
         raise ValueError("calibration needs at least one content-free input")
-    prompts, per = _family_prompts(lm, tpl, ex, query, labs, calibrate, content_free)
+    prompts: list[str] = []
+    shapes: list[tuple[int, int]] = []
+    for exemplars, query in items:
+        ex = [as_exemplar(e) for e in exemplars]
+        if not ex:
+            raise ValueError("need at least one exemplar to leave out")
+        ps, per = _family_prompts(lm, tpl, ex, query, labs, calibrate, content_free)
+        prompts.extend(ps)
+        shapes.append((len(ex) + 1, per))
     fam: FamilyScores = score_family(
         lm, prompts, tpl.continuations(labs) if variant == "label" else None, full=(variant == "full"),
         use_trie=use_trie,
     )
     if variant == "label":
-        logd = log_normalize(fam.label_logprobs)  # Section 4.1: non-label outputs masked, renormalised
+        logd_all = log_normalize(fam.label_logprobs)  # Section 4.1: non-label outputs masked, renormalised
     else:
-        logd = log_normalize(fam.next_logprobs)  # Appendix E.1: the full next-token distribution
-    logd = logd.reshape(len(ex) + 1, per, -1)
-    if not calibrate:
-        return logd[:, 0], fam.counts
-    probs = np.exp(logd)
-    out = np.stack([_calibrated_log(probs[j, 0], probs[j, 1:], eps) for j in range(len(ex) + 1)])
+        logd_all = log_normalize(fam.next_logprobs)  # Appendix E.1: the full next-token distribution
+    out, start = [], 0
+    for sets, per in shapes:
+        logd = logd_all[start:start + sets * per].reshape(sets, per, -1)
+        start += sets * per
+        if not calibrate:
+            out.append(logd[:, 0])
+            continue
+        probs = np.exp(logd)
+        out.append(np.stack([_calibrated_log(probs[j, 0], probs[j, 1:], eps) for j in range(sets)]))
     return out, fam.counts
+
+
+def query_distributions(
+    lm: Any,
+    exemplars: Sequence[Any],
+    query: str,
+    labels: Sequence[str],
+    template: PromptTemplate | str | None = None,
+    **kwargs: Any,
+) -> tuple[np.ndarray, TrieCounts]:
+    """(n+1, K or V) log-distributions of one query (one family call); see :func:`family_distributions`."""
+    (logd,), counts = family_distributions(lm, [(exemplars, query)], labels, template, **kwargs)
+    return logd, counts
 
 
 @dataclass(frozen=True)
@@ -187,11 +210,14 @@ def iclinf_query(
                                   content_free=content_free, eps=eps, use_trie=use_trie)
     if counts is not None:
         counts.add(c)
+    return _query_result(logd, labs, variant, query_label, query_index, exemplar_indices)
+
+
+def _query_result(logd: np.ndarray, labs: Sequence[str], variant: str, query_label: str | None,
+                  query_index: int | None, exemplar_indices: Sequence[int] | None) -> ICLInfQuery:
     per = leave_one_out_losses(logd[0], logd[1:])
     i = int(np.argmax(per))
-    predicted = None
-    if variant == "label":
-        predicted = labs[int(np.argmax(logd[0]))]
+    predicted = labs[int(np.argmax(logd[0]))] if variant == "label" else None
     return ICLInfQuery(
         query_index, None if exemplar_indices is None else tuple(int(x) for x in exemplar_indices),
         tuple(float(x) for x in per), float(per[i]), i, predicted, query_label,
@@ -272,6 +298,7 @@ def iclinf(
     content_free: Sequence[str] = CONTENT_FREE_INPUTS,
     eps: float = CALIBRATION_EPS,
     use_trie: bool | None = None,
+    queries_per_call: int = 1,
     progress: ProgressFn | None = None,
 ) -> ICLInfResult:
     """ICLInf^ (Eq. 4): m test queries, each with n_shots exemplars drawn without replacement from
@@ -279,6 +306,8 @@ def iclinf(
 
     ``train``/``test``: (input, label) pairs (or ``Example``s). Queries are ``query_indices`` or m
     distinct test items drawn with the generator. Randomness: ``rng``, else ``default_rng(seed)``.
+    ``queries_per_call``: queries whose prompt families share one model call (1: a query's n_shots + 1
+    prompts per call; more fills bigger batches, same numbers).
     """
     labs = check_labels(labels)
     tpl = get_template(template)
@@ -297,16 +326,19 @@ def iclinf(
     counts = TrieCounts()
     results: list[ICLInfQuery] = []
     t0 = time.perf_counter()
-    for j, qi in enumerate(qidx):
-        ex_idx = [int(i) for i in g.choice(len(pool), size=n_shots, replace=False)]
-        text, lab = tests[qi]
-        results.append(iclinf_query(
-            lm, [pool[i] for i in ex_idx], text, labs, tpl, variant=variant, calibrate=calibrate,
-            content_free=content_free, eps=eps, query_label=lab if lab in labs else None, use_trie=use_trie,
-            query_index=qi, exemplar_indices=ex_idx, counts=counts,
-        ))
+    draws = [[int(i) for i in g.choice(len(pool), size=n_shots, replace=False)] for _ in qidx]
+    step = max(1, int(queries_per_call))
+    for a in range(0, len(qidx), step):
+        group = list(range(a, min(a + step, len(qidx))))
+        logds, c = family_distributions(
+            lm, [([pool[i] for i in draws[j]], tests[qidx[j]][0]) for j in group], labs, tpl, variant=variant,
+            calibrate=calibrate, content_free=content_free, eps=eps, use_trie=use_trie)
+        counts.add(c)
+        for j, logd in zip(group, logds):
+            lab = tests[qidx[j]][1]
+            results.append(_query_result(logd, labs, variant, lab if lab in labs else None, qidx[j], draws[j]))
         if progress is not None:
-            progress((j + 1) / len(qidx), f"n_shots={n_shots}: query {j + 1} of {len(qidx)}")
+            progress(len(results) / len(qidx), f"n_shots={n_shots}: query {len(results)} of {len(qidx)}")
     seconds = time.perf_counter() - t0
     losses = np.array([q.loss for q in results])
     per = np.array([q.per_position for q in results])  # (m, n_shots)

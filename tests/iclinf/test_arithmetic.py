@@ -103,6 +103,10 @@ def test_iclinf_mean_std_and_positions_over_queries():
     assert all(len(set(q.exemplar_indices)) == 3 for q in res.queries)  # without replacement
     again = iclinf(lm, pool, tests, LABELS, n_shots=3, m=5, seed=7, use_trie=False)
     assert [q.exemplar_indices for q in again.queries] == [q.exemplar_indices for q in res.queries]
+    calls = lm.calls
+    batched = iclinf(lm, pool, tests, LABELS, n_shots=3, m=5, seed=7, use_trie=False, queries_per_call=5)
+    assert lm.calls == calls + 1  # the five families in one model call, same numbers
+    assert [q.per_position for q in batched.queries] == [q.per_position for q in res.queries]
 
 
 def test_leave_one_out_losses_shapes_and_zero_probability():
