@@ -11,7 +11,7 @@
 #
 # Environment: DPICL_VLLM_VENV (venv path), DPICL_VLLM_START_TIMEOUT (s, default 900),
 # DPICL_MODEL_CACHE_DIR (as dpicl), DPICL_VLLM_KEEP_LOG=1 (print the server log at the end).
-# Exit status: pytest's, or 1 when the venv or the server cannot be brought up.
+# Exit status: pytest's, or 75 (EX_TEMPFAIL) when the venv or the server cannot be brought up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -52,7 +52,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT_STAMP" ]; then
     tail -n 40 "$VENV.install.log" >&2
     rm -rf "$VENV"
     say "could not create the vLLM venv (log above)"
-    exit 1
+    exit 75
   fi
   echo "$WANT_STAMP" >"$STAMP"
   venv_state="created"
@@ -101,12 +101,12 @@ until "$MAIN_PY" -c "import sys, urllib.request; sys.exit(urllib.request.urlopen
   if ! kill -0 "$SERVER_PID" 2>/dev/null; then
     tail -n 60 "$LOG" >&2
     say "vllm serve exited before it was ready (log above)"
-    exit 1
+    exit 75
   fi
   if [ $(( $(now) - t0 )) -ge "$START_TIMEOUT" ]; then
     tail -n 60 "$LOG" >&2
     say "vllm serve was not ready after ${START_TIMEOUT} s (log above)"
-    exit 1
+    exit 75
   fi
   sleep 2
 done

@@ -106,6 +106,25 @@ def install_error_handlers(app: FastAPI) -> None:
             headers=getattr(exc, "headers", None),
         )
 
+    from app.llm.errors import CapabilityError
+    from app.llm.remote import RemoteError, RemoteTimeout
+
+    @app.exception_handler(CapabilityError)
+    async def _capability(_req: Request, exc: CapabilityError):
+        return JSONResponse(error_body(str(exc), "invalid_request_error", "model", "capability_missing"),
+                            status_code=422)
+
+    @app.exception_handler(RemoteError)
+    async def _remote(req: Request, exc: RemoteError):
+        # The model server behind a remote backend failed: the gateway's upstream, not the caller.
+        timeout = isinstance(exc, RemoteTimeout)
+        log.warning("model server error on %s %s: %s", req.method, req.url.path, type(exc).__name__)
+        return JSONResponse(
+            error_body(f"the model server {'timed out' if timeout else 'failed'}: {exc}", "api_error", None,
+                       "upstream_timeout" if timeout else "upstream_error"),
+            status_code=504 if timeout else 502,
+        )
+
     @app.exception_handler(Exception)
     async def _unhandled(req: Request, exc: Exception):
         log.exception("unhandled error on %s %s", req.method, req.url.path)

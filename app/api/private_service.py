@@ -159,8 +159,15 @@ async def classify(
 
     rng = _rng(rt, seed)
     t0 = time.perf_counter()
+    def _run():
+        from app.llm.remote import cache_salt_scope
+
+        # Remote (vLLM) prefix caches are shared within a tenant only (CVE-2025-46570 side channel).
+        with cache_salt_scope(principal.tenant_id):
+            return mech.classify(lm, exemplars, query, labels, template, parsed, rng)
+
     try:
-        result = await run_in_threadpool(mech.classify, lm, exemplars, query, labels, template, parsed, rng)
+        result = await run_in_threadpool(_run)
     except (MechanismParamError, ValueError) as exc:
         raise _mechanism_error(exc) from None
     full = result.to_dict()
