@@ -110,13 +110,16 @@ class ICLInfConfig(BaseModel):
 
     models: list[str] = Field(default_factory=list, max_length=8, description="empty: the default language model")
     dataset: DatasetRef = Field(default_factory=DatasetRef)
-    classification: ClassificationConfig | None = Field(default_factory=ClassificationConfig)
+    classification: ClassificationConfig | None = Field(
+        default=None, description="default: the classification defaults when decoding is not given either")
     decoding: DecodingConfig | None = None
 
     @model_validator(mode="after")
     def _something(self) -> ICLInfConfig:
         if self.classification is None and self.decoding is None:
-            raise ValueError("classification: give classification, decoding, or both")
+            if "classification" in self.model_fields_set:
+                raise ValueError("classification: give classification, decoding, or both")
+            self.classification = ClassificationConfig()
         return self
 
 
