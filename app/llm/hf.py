@@ -271,9 +271,8 @@ class HFLanguageModel:
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         chunks: list[list[int]] = []
         cur: list[int] = []
-        for i in order:
-            longest = max(lengths[i], max((lengths[j] for j in cur), default=0))
-            if cur and (len(cur) + 1) * rows_per_item * (fixed + longest) > self.max_batch_tokens:
+        for i in order:  # ascending, so lengths[i] is the longest in the chunk so far
+            if cur and (len(cur) + 1) * rows_per_item * (fixed + lengths[i]) > self.max_batch_tokens:
                 chunks.append(cur)
                 cur = []
             cur.append(i)
