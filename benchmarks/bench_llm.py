@@ -95,7 +95,7 @@ def bench_forward(lm, repeat: int) -> list[dict]:
     for batch, length in [(1, 128), (8, 128), (16, 128)]:
         ids = torch.randint(100, 40000, (batch, length))
 
-        def run():
+        def run(ids=ids):
             with torch.inference_mode():
                 h = lm.model.model(input_ids=ids).last_hidden_state
                 return lm.model.get_output_embeddings()(h[:, -1])

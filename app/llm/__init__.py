@@ -10,7 +10,6 @@ from .loader import load_model, resolve_device, resolve_dtype
 from .types import Capabilities, Embedder, Generation, LanguageModel, ModelSpec
 
 
-
 def __getattr__(name: str):
     # DecodeSession pulls in torch; keep ``import app.llm`` light for code that only needs the types.
     if name == "DecodeSession":

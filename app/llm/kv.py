@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -37,7 +37,7 @@ class PrefixKV:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def truncate(self, m: int) -> "PrefixKV":
+    def truncate(self, m: int) -> PrefixKV:
         # Causal attention: the keys/values at positions < m depend only on tokens < m.
         if m == len(self.tokens):
             return self
@@ -64,7 +64,7 @@ class KVBatch:
         return int(self.mask.shape[1])
 
     @classmethod
-    def empty(cls, n: int, device: torch.device) -> "KVBatch":
+    def empty(cls, n: int, device: torch.device) -> KVBatch:
         return cls(
             DynamicCache(),
             torch.zeros((n, 0), dtype=torch.long, device=device),
@@ -72,7 +72,7 @@ class KVBatch:
         )
 
     @classmethod
-    def from_prefix(cls, prefix: PrefixKV | None, n: int, device: torch.device) -> "KVBatch":
+    def from_prefix(cls, prefix: PrefixKV | None, n: int, device: torch.device) -> KVBatch:
         if prefix is None or len(prefix) == 0:
             return cls.empty(n, device)
         p = len(prefix)
@@ -84,7 +84,7 @@ class KVBatch:
             torch.full((n,), p, dtype=torch.long, device=device),
         )
 
-    def select(self, index: Sequence[int]) -> "KVBatch":
+    def select(self, index: Sequence[int]) -> KVBatch:
         """A new batch made of rows ``index`` (repeats allowed); the cache is copied."""
         idx = torch.as_tensor(list(index), dtype=torch.long, device=self.mask.device)
         if self.physical_length == 0:

@@ -116,7 +116,7 @@ def _load_lm(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> LanguageMo
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
     except ModelLoadError:
         raise
-    except Exception as e:  # noqa: BLE001 - transformers raises many kinds; name the source
+    except Exception as e:  # transformers raises many kinds; name the source
         raise ModelLoadError(f"could not load language model {spec.name!r} from {where!r}: {e}") from e
     model.to(device)
     model.eval()
@@ -151,7 +151,7 @@ def _load_embedder(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> Embe
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(where, device=device, **kwargs)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ModelLoadError(f"could not load embedder {spec.name!r} from {where!r}: {e}") from e
     if dtype is not None and str(dtype) != "torch.float32":
         model = model.to(dtype)

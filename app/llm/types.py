@@ -9,13 +9,11 @@ instruction-tuned).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .decode import DecodeSession
 
 ModelKind = Literal["lm", "embedder"]
 FinishReason = Literal["stop", "length"]

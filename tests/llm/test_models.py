@@ -180,7 +180,7 @@ def test_stale_manifest_is_not_valid(tmp_path):
         (ModelSpec("x", "embedder", "./no/such/folder"), "does not exist"),
         (ModelSpec("x", "lm", "bundled:all-minilm-l6-v2"), "is an embedder"),
         (ModelSpec("x", "embedder", "bundled:smollm2-135m-instruct"), "is an lm"),
-        (ModelSpec("x", "lm", "bundled:smollm2-135m-instruct", backend="remote"), "backend 'remote'"),
+        (ModelSpec("x", "lm", "bundled:smollm2-135m-instruct", backend="tgi"), "backend 'tgi'"),
         (ModelSpec("x", "classifier", "bundled:smollm2-135m-instruct"), "kind must be"),  # type: ignore[arg-type]
     ],
 )
