@@ -41,3 +41,16 @@ def test_revision_files_are_date_prefixed():
     assert files
     for f in files:
         assert re.match(r"^\d{4}_\d{2}_\d{2}_\w+\.py$", f), f
+
+
+def test_concurrent_upgrades_do_not_race(fresh_database_url):
+    """Several processes starting together on an empty database all succeed (advisory lock on PG)."""
+    import subprocess
+    import sys
+
+    code = "import sys; from app.store import migrate; migrate.upgrade(sys.argv[1])"
+    procs = [subprocess.Popen([sys.executable, "-c", code, fresh_database_url], stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    errs = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(rc == 0 for rc, _ in errs), [e for rc, e in errs if rc]
+    assert migrate.current_revision(fresh_database_url) == migrate.head_revision()
