@@ -32,3 +32,13 @@ def test_library_layer_imports(package):
             if any(mod == p or mod.startswith(p + ".") for p in FORBIDDEN):
                 bad.append(f"{f.relative_to(ROOT.parent)} imports {mod}")
     assert not bad, bad
+
+
+@pytest.mark.parametrize("package", ["jobs", "budget", "store"])
+def test_service_layers_do_not_import_the_http_layer(package):
+    bad = []
+    for f in (ROOT / package).rglob("*.py"):
+        for mod in _imports(f):
+            if mod == "app.api" or mod.startswith("app.api."):
+                bad.append(f"{f.relative_to(ROOT.parent)} imports {mod}")
+    assert not bad, bad

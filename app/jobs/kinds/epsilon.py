@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, RootModel
 # The request models of the privacy endpoints are the config schema, so that the
 # config is byte-for-byte the endpoint's body. (They live in the API layer today;
 # if they move to app.privacy, only this import changes.)
-from app.api.routes.privacy import CalibrateRequest, ConvertRequest, EmpiricalRequest
+from app.privacy.schemas import CalibrateRequest, ConvertRequest, EmpiricalRequest
 from app.jobs.context import JobContext
 from app.jobs.errors import JobConfigError
 from app.jobs.registry import JobKind, register
