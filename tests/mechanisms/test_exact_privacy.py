@@ -143,7 +143,7 @@ def _rnm_plan(noise: str, adjacency: str, epsilon: float, delta: float = 1e-5):
 def test_rnm_pure_variants_exact_loss(noise, adjacency):
     eps = 1.0
     plan = _rnm_plan(noise, adjacency, eps)
-    worlds = list(_vote_worlds(2, 6 if noise == "laplace" else 12)) + list(_vote_worlds(3, 3))
+    worlds = list(_vote_worlds(2, 5 if noise == "laplace" else 12)) + list(_vote_worlds(3, 2 if noise == "laplace" else 3))
     worst = 0.0
     for v in worlds:
         p = exact_distribution(v, plan)
@@ -175,10 +175,11 @@ def test_rnm_gaussian_exact_delta(adjacency, epsilon):
     delta = 1e-5
     plan = _rnm_plan("gaussian", adjacency, epsilon, delta)
     half = dataclasses.replace(plan, scale=plan.scale / 2)
-    worlds = list(_vote_worlds(2, 8)) + list(_vote_worlds(3, 3))
+    worlds = list(_vote_worlds(2, 6)) + list(_vote_worlds(3, 3))
     # Two-label worlds around the worst vote margin (the likelihood-ratio threshold of the
     # Gaussian mechanism falls at a margin of about 29 votes for eps = 1, 17 for eps = 2).
-    margins = range(22, 36) if epsilon == 1.0 else range(12, 24)
+    # (and, for the half-noise check, around its own worst margin: about 13 and 8)
+    margins = [*range(10, 16), *range(24, 33)] if epsilon == 1.0 else [*range(6, 11), *range(13, 21)]
     worlds += [np.array([0.0, float(t)]) for t in margins] + [np.array([1.0, float(t)]) for t in margins]
     cache: dict = {}
 

@@ -105,33 +105,29 @@ def test_real_neighbouring_exemplar_sets_exact_ratio(lm, task):
                 assert max_log_ratio(p0, law(mech, s, params)) <= eps * (1 + 1e-9)
 
 
-def _median_latency(fn, repeats: int) -> float:
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
-
-
-def test_rnm_latency_within_1_5x_icl_on_gpu(lm, task):
+def test_rnm_latency_within_1_5x_icl(lm, task):
     """Issue 3: rnm with T = 4 costs at most 1.5x icl with the same 4 exemplars in one prompt
-    (same process, ratio of medians, prefix cache cleared before each call). The bound
-    presumes a batch runs in parallel (GPU); on CPU the cost is the token count (about 1.6x
-    here, measured in benchmarks/bench_classify.py --latency), so this runs on CUDA only."""
+    (same process, interleaved, ratio of medians, prefix cache cleared before each call).
+
+    Runs on CUDA, or on CPU when DPICL_TEST_LATENCY=1: on the shared 2-core CPU a wall-clock
+    ratio needs ~30 s and is at the mercy of the other processes' load, so the default CPU run
+    leaves it to ``benchmarks/bench_classify.py latency`` (docs/mechanisms.md has the numbers)."""
+    import os
+
     import torch
 
-    if lm.capabilities().device == "cpu" or not torch.cuda.is_available():
-        pytest.skip("the 1.5x bound presumes a parallel batch (CUDA); CPU ratio is reported by the benchmark")
+    on_gpu = lm.capabilities().device != "cpu" and torch.cuda.is_available()
+    if not on_gpu and os.environ.get("DPICL_TEST_LATENCY") != "1":
+        pytest.skip("CPU wall-clock ratio is opt-in (DPICL_TEST_LATENCY=1); see bench_classify.py latency")
     ex, _, labels, tpl = _setup(task)
     rnm, icl = get_mechanism("rnm"), get_mechanism("icl")
-    qs = [e.input for e in task.test[:5]]
-
-    def run(mech, params):
-        for q in qs:
+    queries = [e.input for e in task.test[:5]]
+    times: dict[str, list[float]] = {"rnm": [], "icl": []}
+    for i, q in enumerate([queries[0]] + queries):  # the first round warms up
+        for name, mech in (("rnm", rnm), ("icl", icl)):
             lm.clear_prefix_cache()
-            mech.classify(lm, ex, q, labels, tpl, params, np.random.default_rng(0))
-
-    run(rnm, {}), run(icl, {})  # warm-up
-    ratio = _median_latency(lambda: run(rnm, {"epsilon": 1.0}), 3) / _median_latency(lambda: run(icl, {}), 3)
-    assert ratio <= 1.5
+            t = time.perf_counter()
+            mech.classify(lm, ex, q, labels, tpl, {"epsilon": 1.0} if name == "rnm" else {}, np.random.default_rng(0))
+            if i:
+                times[name].append(time.perf_counter() - t)
+    assert statistics.median(times["rnm"]) <= 1.5 * statistics.median(times["icl"])
