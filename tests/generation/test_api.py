@@ -36,8 +36,9 @@ def test_private_generation_is_charged_and_internals_only_when_asked(live_server
     ds = _dataset(live_server)
     req = dict(dataset_id=ds, query="Cy meets Di on Friday.", mechanism="clip_softmax", epsilon=2.0,
                max_tokens=1, params={"prompts": 2}, seed=7)
-    r = _post(live_server, **req)
+    r = httpx.post(f"{live_server}/v1/private/generate", json=req, headers={"Idempotency-Key": "g-1"}, timeout=600)
     assert r.status_code == 200, r.text
+    assert MARK not in r.text
     b = r.json()
     assert b["object"] == "private.generation" and isinstance(b["text"], str) and "internals" not in b
     assert b["mechanism"] == "clip_softmax" and b["usage"]["completion_tokens"] <= 1
@@ -47,13 +48,16 @@ def test_private_generation_is_charged_and_internals_only_when_asked(live_server
     assert b["budget"]["epsilon_spent"] == pytest.approx(p["epsilon"], rel=1e-6)
     assert float(r.headers["X-DPICL-Epsilon-Spent"]) == pytest.approx(p["epsilon"], rel=1e-5)
 
-    r2 = _post(live_server, **req, return_internals=True)
+    # The same Idempotency-Key replays the stored answer (no model work, no second charge);
+    # internals come back only when asked.
+    r2 = httpx.post(f"{live_server}/v1/private/generate", json={**req, "return_internals": True},
+                    headers={"Idempotency-Key": "g-1"}, timeout=600)
     assert r2.status_code == 200, r2.text
+    assert MARK not in r2.text and r2.headers.get("Idempotent-Replayed") == "true"
     i = r2.json()["internals"]
     assert i["partitions"] and len(i["steps"]) >= 1 and "token" in i["steps"][0]
-    assert r2.json()["text"] == b["text"]  # same seed, same release
-    budget = httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()
-    assert budget["charges"] == 2
+    assert r2.json()["text"] == b["text"]
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 1
 
 
 def test_zero_shot_is_not_charged(live_server):
