@@ -175,7 +175,10 @@ def configure(req: GenerationRequest) -> ESAConfig:
     cands = p.count("candidates", DEFAULT_CANDIDATES, maximum=200)
     clip_norm = p.positive("clip_norm", 1.0)
     method = p.choice("noise_calibration", "analytic", ("analytic", "classical", "rdp"))
-    change = sens.unit_change(req.adjacency, exemplars_per_unit=k, uses_every_exemplar=(t * k == n))
+    # Always the swap-unit bound: the unit count comes from n (a default capped by n), so
+    # whether an added exemplar adds a unit depends on the private n; the swap bound covers
+    # both cases (an added unit moves the aggregate by no more than a swapped one).
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=k, uses_every_exemplar=False)
     s = mean_sensitivity(t, clip_norm, change)
     if p.given("sigma"):
         noise = noise_for_sigma(p.positive("sigma", None), delta, s)

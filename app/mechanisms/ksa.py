@@ -260,7 +260,10 @@ def configure(req: GenerationRequest) -> KSAConfig:
                          DEFAULT_PARTITIONS, DEFAULT_SHOTS)
     kmax = p.count("max_keywords", DEFAULT_MAX_KEYWORDS, maximum=200)
     f_delta = p.fraction("ptr_delta_fraction", DEFAULT_PTR_DELTA_FRACTION)
-    change = sens.unit_change(req.adjacency, exemplars_per_unit=k, uses_every_exemplar=(t * k == n))
+    # Always the swap-unit bound: the unit count comes from n (a default capped by n), so
+    # whether an added exemplar adds a unit depends on the private n; the swap bound covers
+    # both cases (an added unit moves the aggregate by no more than a swapped one).
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=k, uses_every_exemplar=False)
     if p.given("epsilon_em") or p.given("noise_multiplier"):
         if not (p.given("epsilon_em") and p.given("noise_multiplier")):
             missing = "noise_multiplier" if p.given("epsilon_em") else "epsilon_em"

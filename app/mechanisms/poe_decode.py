@@ -134,7 +134,10 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
     e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
                          DEFAULT_EXPERTS, 1, "experts", "group_size")
     c = p.positive("clip", DEFAULT_CLIP)
-    change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=(e * g == len(req.exemplars)))
+    # Always the swap-unit bound: the unit count comes from n (a default capped by n), so
+    # whether an added exemplar adds a unit depends on the private n; the swap bound covers
+    # both cases (an added unit moves the aggregate by no more than a swapped one).
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
     if p.given("epsilon_per_token"):
         et = p.positive("epsilon_per_token", None)
         got = total_epsilon(et, req.max_tokens, req.delta)

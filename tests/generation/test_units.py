@@ -115,9 +115,10 @@ def test_esa_calibration_and_cost():
     with pytest.raises(MechanismParamError) as e:
         esa.configure(_req(params={"partitions": 8, "sigma": 0.01}))
     assert e.value.param == "params.sigma"
-    # add-remove, one exemplar per partition, every exemplar used: a member appears whole, R/T.
+    # add-remove with the unit count taken from n: whether a neighbour adds a unit or swaps one's
+    # content depends on the private n, so the swap bound 2R/T is used either way.
     add = esa.configure(_req(adjacency="add-remove", params={"partitions": 40, "shots_per_partition": 1}))
-    assert add.change == sens.UnitChange.ADD_UNIT and add.noise.sensitivity == pytest.approx(1 / 40)
+    assert add.change == sens.UnitChange.SWAP_UNIT and add.noise.sensitivity == pytest.approx(2 / 40)
 
 
 # ---------------------------------------------------------------------------
@@ -209,11 +210,13 @@ def test_poe_decoding_composition_beats_naive_summation():
     assert fc.epsilon_per_token == pytest.approx(0.5, rel=1e-6)
     assert poe_decode.privacy(fc, few)["delta"] == 0.0
     assert poe_decode.configure(_req(delta=0.0, max_tokens=8, params={"experts": 16})).epsilon_per_token == 0.5
-    # Constants: swap (16 of 40 used) lam = eps/(2c); add-remove with every exemplar an expert lam = eps/c.
+    # Constants: swap lam = eps/(2c), also under add-remove with every exemplar an expert, since the
+    # expert count follows the private n (the swap bound covers an added expert).
     assert cfg.change == sens.UnitChange.SWAP_UNIT
     assert cfg.inverse_temperature == pytest.approx(cfg.epsilon_per_token / (2 * cfg.clip))
     all_add = poe_decode.configure(_req(adjacency="add-remove", params={"experts": 40}))
-    assert all_add.inverse_temperature == pytest.approx(all_add.epsilon_per_token / all_add.clip)
+    assert all_add.change == sens.UnitChange.SWAP_UNIT
+    assert all_add.inverse_temperature == pytest.approx(all_add.epsilon_per_token / (2 * all_add.clip))
 
 
 # ---------------------------------------------------------------------------
