@@ -8,7 +8,7 @@ label set,
     p(y_k | x) = exp(l_k) / sum_j exp(l_j),   l_k = log P_LM(label_prefix + y_k | x),
 
 i.e. the model's next-token distribution with non-label outputs masked out
-and renormalised, as in ICLInf (Wen et al.) Section 4.1 ("masking out
+and renormalised, as in ICLInf (Li, Flemings et al.) Section 4.1 ("masking out
 non-label tokens and taking renormalization"). Multi-token labels use the
 product of their token probabilities.
 

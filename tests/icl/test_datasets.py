@@ -145,3 +145,21 @@ def test_parquet_through_datasets(tmp_path):
     datasets.Dataset.from_dict({"text": ["a", "b"], "label": [0, 1], "label_text": ["objective", "subjective"]}).to_parquet(str(p))
     ex = load_hf_dataset("SetFit/subj", path=p)
     assert [e.output for e in ex] == ["objective", "subjective"]
+
+
+def test_hub_path_calls_load_dataset_with_the_hub_id(monkeypatch):
+    # No network in tests: stand in for the `datasets` module and check what the loader asks for.
+    import types
+
+    import app.icl.datasets as mod
+
+    calls = []
+
+    def load_dataset(hub_id, split, **kw):
+        calls.append((hub_id, split, kw))
+        return [{"text": "Where is Kyoto?", "coarse_label": 4, "fine_label": 30}]
+
+    monkeypatch.setattr(mod, "_datasets_module", lambda: types.SimpleNamespace(load_dataset=load_dataset))
+    ex = load_hf_dataset("trec", "test", revision="main")
+    assert calls == [("CogComp/trec", "test", {"revision": "main"})]
+    assert ex[0].output == "Location"
