@@ -32,12 +32,12 @@ from .scoring import (
     score_labels,
 )
 from .templates import (
+    ASSISTANT_INTENTS,
     DEFAULT,
     ICLINF_AGNEWS,
     ICLINF_DBPEDIA,
     ICLINF_TREC,
     SUBJ,
-    ASSISTANT_INTENTS,
     SUPPORT_INTENTS,
     TEMPLATES,
     Exemplar,

@@ -187,15 +187,23 @@ def _to_examples(spec: HFTaskSpec, rows: Iterable[Mapping[str, Any]]) -> list[Ex
     return out
 
 
+_SPLIT_NAMES = ("train", "test", "validation", "valid", "dev")
+
+
 def _local_files(path: Path, split: str) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json", ".csv", ".parquet"))
-        chosen = [p for p in files if p.name.startswith(split) or p.parent.name == split] or files
-        if not chosen:
+        if not files:
             raise FileNotFoundError(f"no .jsonl/.json/.csv/.parquet files under {path}")
-        return chosen
+        chosen = [p for p in files if p.name.startswith(split) or p.parent.name == split]
+        if chosen:
+            return chosen
+        if any(p.name.startswith(s) or p.parent.name == s for p in files for s in _SPLIT_NAMES):
+            # split files exist, just not this one: never silently read another split
+            raise FileNotFoundError(f"no {split!r} file under {path} (found: {[p.name for p in files]})")
+        return files  # an unsplit folder: every file
     raise FileNotFoundError(f"no such file or folder: {path}")
 
 

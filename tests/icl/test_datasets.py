@@ -102,6 +102,8 @@ def test_trec_both_column_names_and_folder_split_pick(tmp_path):
     assert [e.output for e in test] == ["Person", "Location"]
     task = load_hf_task("trec", path=d)
     assert task.template is ICLINF_TREC and len(task.train) == 2 and len(task.test) == 2
+    with pytest.raises(FileNotFoundError, match="'validation'"):  # never falls back to another split
+        load_hf_dataset("trec", "validation", path=d)
 
 
 def test_subj_label_text_and_json_array(tmp_path):

@@ -11,7 +11,7 @@ from app.icl.scoring import (
     renormalize,
     score_labels,
 )
-from app.icl.templates import ICLINF_AGNEWS, ASSISTANT_INTENTS
+from app.icl.templates import ASSISTANT_INTENTS, ICLINF_AGNEWS
 from tests.icl.fakes import FakeLM
 
 LABELS = ("World", "Sports", "Business", "Technology")

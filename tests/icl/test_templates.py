@@ -1,10 +1,10 @@
 import pytest
 
 from app.icl.templates import (
+    ASSISTANT_INTENTS,
     DEFAULT,
     ICLINF_AGNEWS,
     ICLINF_TREC,
-    ASSISTANT_INTENTS,
     TEMPLATES,
     PromptTemplate,
     as_exemplar,
