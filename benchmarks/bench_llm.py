@@ -12,7 +12,8 @@ What it measures, on the bundled SmolLM2-135M-Instruct (float32, CPU unless CUDA
      batched call with prefix reuse (same process), the ratio, and the tokens
      actually computed; also continuation scoring of 4 labels;
   3. cold load from the safetensors cache in a fresh process (seconds), and the
-     peak RSS of a process that loads both bundled models.
+     RSS and peak RSS (VmHWM; ru_maxrss would count the forked parent) of a
+     process that loads and uses both bundled models.
 Needs the model cache (the first run converts the GGUF, ~40 s).
 """
 
@@ -165,7 +166,7 @@ def bench_prefix(lm, repeat: int) -> dict:
 
 
 _LOAD_SNIPPET = r"""
-import json, os, resource, sys, time
+import json, os, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, {root!r})
 import torch
@@ -184,8 +185,9 @@ t4 = time.perf_counter()
 emb.embed(["hello"])
 print(json.dumps({{"import_s": t1 - t0, "lm_load_s": t2 - t1, "first_call_s": t3 - t2,
                    "embedder_load_s": t4 - t3,
-                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                   "rss_mb": int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20}}))
+                   **{{k: int(v.split()[0]) / 1024 for k, v in
+                      (line.split(":", 1) for line in open("/proc/self/status"))
+                      if k in ("VmRSS", "VmHWM")}}}}))
 """
 
 
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n3. cold load from the safetensors cache (fresh process, median of {cl['runs']}):")
         print(f"   import torch+transformers+app.llm {cl['import_s']:.2f} s, LM load {cl['lm_load_s']:.2f} s, "
               f"first call {cl['first_call_s']:.2f} s, embedder load {cl['embedder_load_s']:.2f} s, "
-              f"RSS {cl['rss_mb']:.0f} MB (peak {cl['peak_rss_mb']:.0f} MB) with both models loaded and used")
+              f"RSS {cl['VmRSS']:.0f} MB (peak {cl['VmHWM']:.0f} MB) with both models loaded and used")
     return 0
 
 
