@@ -62,7 +62,7 @@ def _mechanism_error(exc: Exception) -> APIError:
     return APIError(422, str(exc), param=getattr(exc, "param", None), code="invalid_mechanism_params")
 
 
-def _rng(rt: Runtime, seed: int | None):
+def noise_rng(rt: Runtime, seed: int | None):
     from app.mechanisms.rng import secure_rng, seeded_rng
 
     if seed is None:
@@ -147,17 +147,16 @@ async def classify(
                 ledger.replay, dataset_id=dataset_id, tenant_id=principal.tenant_id,
                 idempotency_key=idempotency_key, mechanism=mech.name, params=request_params)
         except LedgerConflict:
-            raise APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
-                           code="idempotency_conflict") from None
+            raise idempotency_conflict() from None
         if replay is not None:
-            return _replayed(replay, return_internals)
+            return replayed(replay, return_internals)
     if charges:
         try:
             await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
         except BudgetExhausted as exc:
             raise budget_exhausted_error(exc) from None
 
-    rng = _rng(rt, seed)
+    rng = noise_rng(rt, seed)
     t0 = time.perf_counter()
     def _run():
         from app.llm.remote import cache_salt_scope
@@ -183,27 +182,53 @@ async def classify(
     }
     if not charges:
         body["budget"] = None
-        return PrivateAnswer(_visible(body, return_internals), acc.epsilon_spent,
+        return PrivateAnswer(visible(body, return_internals), acc.epsilon_spent,
                              max(0.0, acc.epsilon_budget - acc.epsilon_spent))
+    return await charge_and_release(
+        ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
+        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+
+
+async def charge_and_release(
+    ledger: Ledger,
+    principal: Principal,
+    *,
+    dataset_id: str,
+    cost: dict[str, Any],
+    mechanism: str,
+    params: dict[str, Any],
+    body: dict[str, Any],
+    idempotency_key: str | None,
+    return_internals: bool,
+) -> PrivateAnswer:
+    """Charge the ledger for a computed answer, then release it (shared by every private route)."""
     try:
         ch = await run_in_threadpool(
-            ledger.charge, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=full["privacy"],
-            mechanism=mech.name, params=request_params, response=body, key_id=principal.key_id,
+            ledger.charge, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost,
+            mechanism=mechanism, params=params, response=body, key_id=principal.key_id,
             idempotency_key=idempotency_key)
     except BudgetExhausted as exc:
         raise budget_exhausted_error(exc) from None
     except LedgerConflict:
-        raise APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
-                       code="idempotency_conflict") from None
+        raise idempotency_conflict() from None
     except NoBudgetAccount:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found") from None
     if ch.replayed_response is not None:
-        return _replayed(ch, return_internals)
+        return replayed(ch, return_internals)
     if os.environ.get(_CRASH_AFTER_CHARGE) == "1":
         os._exit(17)
-    body["budget"] = {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
-                      "epsilon_remaining": ch.remaining}
-    return PrivateAnswer(_visible(body, return_internals), ch.epsilon_spent, ch.remaining)
+    body["budget"] = budget_block(ch)
+    return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining)
+
+
+def idempotency_conflict() -> APIError:
+    return APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
+                    code="idempotency_conflict")
+
+
+def budget_block(ch) -> dict[str, Any]:
+    return {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
+            "epsilon_remaining": ch.remaining}
 
 
 async def dataset_task(rt: Runtime, principal: Principal, dataset_id: str) -> str:
@@ -228,15 +253,14 @@ def generation_entry():
     return generate
 
 
-def _visible(body: dict[str, Any], return_internals: bool) -> dict[str, Any]:
+def visible(body: dict[str, Any], return_internals: bool) -> dict[str, Any]:
     out = dict(body)
     if not return_internals:
         out.pop("internals", None)
     return out
 
 
-def _replayed(ch, return_internals: bool) -> PrivateAnswer:
+def replayed(ch, return_internals: bool) -> PrivateAnswer:
     body = dict(ch.replayed_response)
-    body["budget"] = {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
-                      "epsilon_remaining": ch.remaining}
-    return PrivateAnswer(_visible(body, return_internals), ch.epsilon_spent, ch.remaining, replayed=True)
+    body["budget"] = budget_block(ch)
+    return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining, replayed=True)

@@ -13,6 +13,9 @@ import time
 import httpx
 import pytest
 
+# Model-backed answers on a loaded 2-core machine can take longer than httpx's 5 s default.
+T = 180
+
 from tests.conftest import LiveServer, free_port, make_database_url, model_cache_dir, server_settings, DB_KINDS
 
 LABELS = ["sports", "weather", "food", "tech"]
@@ -68,19 +71,19 @@ def test_fifty_concurrent_answers_against_a_budget_of_ten(live_server):
 def test_private_answer_headers_idempotency_and_internals(live_server):
     ds = _dataset(live_server, epsilon=5.0)
     req = {"dataset_id": ds, "query": "Snow is falling in the mountains.", **PURE, "return_internals": True}
-    a = httpx.post(f"{live_server}/v1/private/classify", json=req, headers={"Idempotency-Key": "q-1"})
+    a = httpx.post(f"{live_server}/v1/private/classify", json=req, headers={"Idempotency-Key": "q-1"}, timeout=T)
     assert a.status_code == 200, a.text
     body = a.json()
     assert body["privacy"]["epsilon"] == pytest.approx(1.0) and body["budget"]["epsilon_remaining"] == pytest.approx(4.0)
     assert "noisy_votes" in str(body["internals"])
-    b = httpx.post(f"{live_server}/v1/private/classify", json=req, headers={"Idempotency-Key": "q-1"})
+    b = httpx.post(f"{live_server}/v1/private/classify", json=req, headers={"Idempotency-Key": "q-1"}, timeout=T)
     assert b.status_code == 200 and b.headers.get("Idempotent-Replayed") == "true"
     assert b.json()["label"] == body["label"]
     assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 1
     c = httpx.post(f"{live_server}/v1/private/classify", json={**req, "query": "other"},
-                   headers={"Idempotency-Key": "q-1"})
+                   headers={"Idempotency-Key": "q-1"}, timeout=T)
     assert c.status_code == 409 and c.json()["error"]["param"] == "Idempotency-Key"
-    no_int = httpx.post(f"{live_server}/v1/private/classify", json={**req, "return_internals": False})
+    no_int = httpx.post(f"{live_server}/v1/private/classify", json={**req, "return_internals": False}, timeout=T)
     assert no_int.status_code == 200 and "internals" not in no_int.json()
 
 
@@ -101,7 +104,7 @@ def test_impossible_requests_are_4xx(live_server, patch, param):
     req = {"dataset_id": ds, "query": "Rain?", **PURE}
     req.update(patch)
     req = {k: v for k, v in req.items() if v is not None}
-    r = httpx.post(f"{live_server}/v1/private/classify", json=req)
+    r = httpx.post(f"{live_server}/v1/private/classify", json=req, timeout=T)
     assert r.status_code in (404, 422), r.text
     if param:
         assert r.json()["error"]["param"] == param
@@ -111,7 +114,7 @@ def test_impossible_requests_are_4xx(live_server, patch, param):
 def test_openai_client_gets_a_private_answer(live_server):
     openai = pytest.importorskip("openai")
     ds = _dataset(live_server)
-    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="unused-in-open-mode")
+    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="unused-in-open-mode", timeout=T)
     resp = client.chat.completions.create(
         model="smollm2-135m-instruct",
         messages=[{"role": "user", "content": "Thunderstorms will hit the city this afternoon."}],
@@ -172,7 +175,8 @@ def test_cross_tenant_isolation(keyed):
                          ("PUT", f"/v1/datasets/{ds}/budget")]:
         r = httpx.request(method, f"{url}{path}", headers=h["b_all"], json={"epsilon": 100} if method == "PUT" else None)
         assert r.status_code == 404, (method, path, r.status_code)
-    r = httpx.post(f"{url}/v1/private/classify", headers=h["b_all"], json={"dataset_id": ds, "query": "x", **PURE})
+    r = httpx.post(f"{url}/v1/private/classify", headers=h["b_all"], json={"dataset_id": ds, "query": "x", **PURE},
+                   timeout=T)
     assert r.status_code == 404
     assert ds not in [d["id"] for d in httpx.get(f"{url}/v1/datasets", headers=h["b_all"]).json()["data"]]
     assert httpx.get(f"{url}/v1/datasets/{ds}", headers=h["a_infer"]).status_code == 200
@@ -185,7 +189,7 @@ def test_scopes_enforced(keyed):
     assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_scope"
     ds = _dataset(url, headers=h["a_admin"])
     r = httpx.post(f"{url}/v1/private/classify", headers=h["a_infer"],
-                   json={"dataset_id": ds, "query": "x", **PURE, "return_internals": True})
+                   json={"dataset_id": ds, "query": "x", **PURE, "return_internals": True}, timeout=T)
     assert r.status_code == 403 and r.json()["error"]["param"] == "return_internals"
 
 

@@ -29,7 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
-from app.api.private_service import PrivateAnswer, budget_exhausted_error
+from app.api.private_service import (
+    PrivateAnswer,
+    budget_exhausted_error,
+    charge_and_release,
+    idempotency_conflict,
+    noise_rng,
+    replayed,
+    visible,
+)
 from app.runtime import Runtime
 from app.store import budget_repo, datasets_repo
 
@@ -74,27 +82,7 @@ def _mech_error(exc: Exception) -> APIError:
                     code="invalid_mechanism_params")
 
 
-def _rng(rt: Runtime, seed: int | None):
-    from app.mechanisms.rng import secure_rng, seeded_rng
 
-    if seed is None:
-        return secure_rng()
-    if not rt.settings.allow_seeded_noise:
-        raise APIError(422, "a noise seed is accepted only when the server allows seeded noise "
-                       "(DPICL_ALLOW_SEEDED_NOISE, tests and audits only)", param="seed", code="seed_not_allowed")
-    return seeded_rng(seed)
-
-
-def _visible(body: dict[str, Any], return_internals: bool) -> dict[str, Any]:
-    out = dict(body)
-    if not return_internals:
-        out.pop("internals", None)
-    return out
-
-
-def _budget_block(ch) -> dict[str, Any]:
-    return {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
-            "epsilon_remaining": ch.remaining}
 
 
 async def generate(
@@ -200,12 +188,9 @@ async def generate(
                 ledger.replay, dataset_id=dataset_id, tenant_id=principal.tenant_id,
                 idempotency_key=idempotency_key, mechanism=mech.name, params=request_params)
         except LedgerConflict:
-            raise APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
-                           code="idempotency_conflict") from None
+            raise idempotency_conflict() from None
         if replay is not None:
-            body = dict(replay.replayed_response)
-            body["budget"] = _budget_block(replay)
-            return PrivateAnswer(_visible(body, return_internals), replay.epsilon_spent, replay.remaining, True)
+            return replayed(replay, return_internals)
     if charges:
         try:
             await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
@@ -215,11 +200,19 @@ async def generate(
             raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id",
                            code="dataset_not_found") from None
 
-    rng = _rng(rt, seed)
+    rng = noise_rng(rt, seed)
+
+    def _run():
+        from app.llm.remote import cache_salt_scope
+
+        # Remote (vLLM) prefix caches are shared within a tenant only (CVE-2025-46570 side channel).
+        with cache_salt_scope(principal.tenant_id):
+            return mech.run(req, lm, emb, rng)
+
     t0 = time.perf_counter()
     try:
         # The one call a ledger wraps: everything model-side happens here, in a worker thread.
-        result = await run_in_threadpool(mech.run, req, lm, emb, rng)
+        result = await run_in_threadpool(_run)
     except (MechanismParamError, ValueError) as exc:
         raise _mech_error(exc) from None
     full = result.to_dict(include_internals=True)
@@ -239,25 +232,10 @@ async def generate(
         body["budget"] = None
         spent = acc.epsilon_spent if acc is not None else 0.0
         left = max(0.0, acc.epsilon_budget - acc.epsilon_spent) if acc is not None else 0.0
-        return PrivateAnswer(_visible(body, return_internals), spent, left)
-    try:
-        ch = await run_in_threadpool(
-            ledger.charge, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=full["privacy"],
-            mechanism=mech.name, params=request_params, response=body, key_id=principal.key_id,
-            idempotency_key=idempotency_key)
-    except BudgetExhausted as exc:
-        raise budget_exhausted_error(exc) from None
-    except LedgerConflict:
-        raise APIError(409, "this Idempotency-Key was used for a different request", param="Idempotency-Key",
-                       code="idempotency_conflict") from None
-    except NoBudgetAccount:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found") from None
-    if ch.replayed_response is not None:
-        rbody = dict(ch.replayed_response)
-        rbody["budget"] = _budget_block(ch)
-        return PrivateAnswer(_visible(rbody, return_internals), ch.epsilon_spent, ch.remaining, True)
-    body["budget"] = _budget_block(ch)
-    return PrivateAnswer(_visible(body, return_internals), ch.epsilon_spent, ch.remaining)
+        return PrivateAnswer(visible(body, return_internals), spent, left)
+    return await charge_and_release(
+        ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
+        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
 
 
 @router.post("/generate")
