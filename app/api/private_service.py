@@ -140,21 +140,12 @@ async def classify(
     request_params = {"query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
                       **json.loads(json.dumps(parsed.to_dict(), default=str)), "model": lm.name}
 
-    if charges and idempotency_key:
-        # An idempotent retry returns the stored answer before any model work.
-        try:
-            replay = await run_in_threadpool(
-                ledger.replay, dataset_id=dataset_id, tenant_id=principal.tenant_id,
-                idempotency_key=idempotency_key, mechanism=mech.name, params=request_params)
-        except LedgerConflict:
-            raise idempotency_conflict() from None
-        if replay is not None:
-            return replayed(replay, return_internals)
     if charges:
-        try:
-            await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
-        except BudgetExhausted as exc:
-            raise budget_exhausted_error(exc) from None
+        early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
+                                         params=request_params, idempotency_key=idempotency_key,
+                                         return_internals=return_internals)
+        if early is not None:
+            return early
 
     rng = noise_rng(rt, seed)
     t0 = time.perf_counter()
@@ -187,6 +178,37 @@ async def classify(
     return await charge_and_release(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
         params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+
+
+async def replay_or_precheck(
+    ledger: Ledger,
+    principal: Principal,
+    *,
+    dataset_id: str,
+    cost: dict[str, Any],
+    mechanism: str,
+    params: dict[str, Any],
+    idempotency_key: str | None,
+    return_internals: bool,
+) -> PrivateAnswer | None:
+    """Before any model work: an idempotent retry gets its stored answer back; a charge that cannot
+    fit the budget is refused (429). None means: go on and compute the answer."""
+    if idempotency_key:
+        try:
+            replay = await run_in_threadpool(
+                ledger.replay, dataset_id=dataset_id, tenant_id=principal.tenant_id,
+                idempotency_key=idempotency_key, mechanism=mechanism, params=params)
+        except LedgerConflict:
+            raise idempotency_conflict() from None
+        if replay is not None:
+            return replayed(replay, return_internals)
+    try:
+        await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
+    except BudgetExhausted as exc:
+        raise budget_exhausted_error(exc) from None
+    except NoBudgetAccount:
+        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found") from None
+    return None
 
 
 async def charge_and_release(

@@ -31,11 +31,9 @@ from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.api.private_service import (
     PrivateAnswer,
-    budget_exhausted_error,
     charge_and_release,
-    idempotency_conflict,
+    replay_or_precheck,
     noise_rng,
-    replayed,
     visible,
 )
 from app.runtime import Runtime
@@ -103,7 +101,7 @@ async def generate(
     """One private generation, charged before release. ``params`` may carry ``epsilon``, ``delta``
     and ``adjacency`` beside the mechanism's own parameters (the OpenAI-compatible route passes
     them so)."""
-    from app.budget.ledger import BudgetExhausted, Ledger, LedgerConflict, NoBudgetAccount
+    from app.budget.ledger import Ledger
     from app.mechanisms.errors import MechanismParamError
     from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
 
@@ -182,23 +180,12 @@ async def generate(
         "epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency, "max_tokens": req.max_tokens,
         **json.loads(json.dumps(dict(req.params), default=str)), "model": lm.name,
     }
-    if charges and idempotency_key:
-        try:
-            replay = await run_in_threadpool(
-                ledger.replay, dataset_id=dataset_id, tenant_id=principal.tenant_id,
-                idempotency_key=idempotency_key, mechanism=mech.name, params=request_params)
-        except LedgerConflict:
-            raise idempotency_conflict() from None
-        if replay is not None:
-            return replayed(replay, return_internals)
     if charges:
-        try:
-            await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
-        except BudgetExhausted as exc:
-            raise budget_exhausted_error(exc) from None
-        except NoBudgetAccount:
-            raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id",
-                           code="dataset_not_found") from None
+        early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
+                                         params=request_params, idempotency_key=idempotency_key,
+                                         return_internals=return_internals)
+        if early is not None:
+            return early
 
     rng = noise_rng(rt, seed)
 
