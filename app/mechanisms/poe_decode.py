@@ -14,15 +14,22 @@ changes U by a vector of range <= c when an expert is added or removed whole
 (add/remove, one exemplar per expert, every exemplar an expert) and <= 2c
 otherwise, so lam = eps_tok / c or eps_tok / (2c) makes a token eps_tok-DP.
 
-Composition over ``max_tokens`` tokens: the exponential-mechanism RDP (ICLInf
-Thm C.5) of each token, summed (Thm C.7) and converted at delta, or basic
-composition T eps_tok when that is smaller (``RdpAccountant`` reports the
-smaller). Given a total budget, eps_tok is the largest per-token epsilon whose
-composition fits; with delta = 0 that is eps / T.
+Composition over ``max_tokens`` tokens. Each token is an exponential mechanism
+whose log-probability ratios between neighbours span a range of at most eps_tok
+(lam times the utility range): it is eps_tok-*bounded range* (Durfee & Rogers 2019),
+hence eps_tok^2/8-zCDP (Cesar & Rogers 2021) -- the same fact that gives the
+clip-softmax sampler its rho = (c/(s tau))^2/2 (ICLInf Thm C.2, Amin et al. Lemma 4,
+where eps_tok = 2c/(s tau)). Per token the RDP curve is the smallest of that zCDP
+line, the exponential-mechanism sinh bound of ICLInf Thm C.5 and eps_tok
+(``app.privacy.rdp``); curves add over tokens (Thm C.7) and are converted at delta;
+basic composition T eps_tok is reported instead when smaller (few tokens; the cost is
+then pure, delta 0). Given a total budget, eps_tok is the largest per-token epsilon
+whose composition fits; with delta = 0 that is eps / T.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +38,6 @@ from scipy.special import log_softmax, logsumexp
 
 from app.mechanisms import sensitivity as sens
 from app.mechanisms.clip_softmax import gumbel_argmax
-from app.mechanisms._cost import cost_dict
 from app.mechanisms.gen_common import (
     GenerationRequest,
     GenerationResult,
@@ -46,7 +52,8 @@ from app.mechanisms.gen_common import (
 )
 from app.mechanisms.gen_decode import decode
 from app.mechanisms.rng import resolve_rng
-from app.privacy.accountant import ExponentialMechanismEvent, RdpAccountant
+from app.privacy.accountant import PrivacyCost, RdpAccountant, RDPCurveEvent
+from app.privacy.rdp import DEFAULT_ORDERS, rdp_pure_dp, rdp_zcdp
 
 NAME = "poe"
 PARAMS = ("experts", "group_size", "clip", "epsilon_per_token")
@@ -88,9 +95,23 @@ def sample_token(logits: np.ndarray, clip: float, inverse_temperature: float, rn
 # ---------------------------------------------------------------------------
 
 
+def per_token_rdp(orders: np.ndarray, epsilon_per_token: float) -> np.ndarray:
+    """min(alpha eps^2/8 (bounded range => zCDP), sinh bound of ICLInf Thm C.5, eps) per token."""
+    o = np.asarray(orders, dtype=float)
+    return np.minimum(rdp_zcdp(o, epsilon_per_token**2 / 8.0), rdp_pure_dp(o, epsilon_per_token))
+
+
+def accountant(epsilon_per_token: float, tokens: int, adjacency: Any = "replace-one") -> RdpAccountant:
+    orders = np.asarray(DEFAULT_ORDERS, dtype=float)
+    event = RDPCurveEvent(tuple(orders), tuple(per_token_rdp(orders, epsilon_per_token)))
+    return RdpAccountant(orders, adjacency=sens.parse_adjacency(adjacency)).compose(event, count=tokens)
+
+
 def total_epsilon(epsilon_per_token: float, tokens: int, delta: float) -> float:
-    acc = RdpAccountant().compose(ExponentialMechanismEvent(epsilon_per_token), count=tokens)
-    return float(acc.pure_epsilon) if delta <= 0.0 else acc.get_epsilon(delta)
+    basic = epsilon_per_token * tokens  # Dwork & Roth 2014 Thm 3.16
+    if delta <= 0.0:
+        return basic
+    return min(basic, accountant(epsilon_per_token, tokens).get_epsilon(delta))
 
 
 def calibrate_per_token(epsilon: float, delta: float, tokens: int) -> float:
@@ -152,17 +173,25 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
 
 
 def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
-    total = total_epsilon(cfg.epsilon_per_token, cfg.tokens, req.delta)
+    acc = accountant(cfg.epsilon_per_token, cfg.tokens, req.adjacency)
     basic = cfg.epsilon_per_token * cfg.tokens
-    return cost_dict(
-        ExponentialMechanismEvent(cfg.epsilon_per_token, count=cfg.tokens),
-        epsilon=total,
-        delta=req.delta if total < basic else 0.0,
-        adjacency=sens.parse_adjacency(req.adjacency),
+    rdp_eps, alpha = acc.get_epsilon_and_order(req.delta) if req.delta > 0.0 else (math.inf, None)
+    use_rdp = rdp_eps < basic
+    cost = PrivacyCost(
+        epsilon=rdp_eps if use_rdp else basic,
+        delta=req.delta if use_rdp else 0.0,
+        adjacency=sens.parse_adjacency(req.adjacency).value,
         mechanism=NAME,
         params=cfg.to_dict(),
-        method="exponential-rdp" if total < basic else "basic",
+        alpha=alpha if use_rdp else None,
+        method="bounded-range-rdp" if use_rdp else "basic",
+        orders=tuple(float(x) for x in acc.orders),
+        rdp=tuple(float(x) for x in acc.rdp),
+        rho=cfg.tokens * cfg.epsilon_per_token**2 / 8.0,  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
     )
+    d = cost.to_dict()
+    d["is_private"] = True
+    return d
 
 
 def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,

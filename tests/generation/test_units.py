@@ -203,7 +203,8 @@ def test_poe_decoding_composition_beats_naive_summation():
     cfg = poe_decode.configure(req)
     assert cfg.epsilon_per_token > 8.0 / 32 * 1.15  # RDP composition of the EM beats eps / T here
     cost = poe_decode.privacy(cfg, req)
-    assert 7.9 < cost["epsilon"] <= 8.0 and cost["method"] == "exponential-rdp"
+    assert 7.9 < cost["epsilon"] <= 8.0 and cost["method"] == "bounded-range-rdp"
+    assert cost["rho"] == pytest.approx(32 * cfg.epsilon_per_token**2 / 8)
     # Few tokens: basic composition wins and the cost is pure.
     few = _req(epsilon=1.0, delta=1e-5, max_tokens=2, params={"experts": 16})
     fc = poe_decode.configure(few)
