@@ -15,6 +15,13 @@ bootstrap Algorithm 1). See docs/audit.md.
 from app.audit.bootstrap import DEFAULT_N_SAMPLE, BootstrapResult, bootstrap_audit
 from app.audit.campaign import CampaignConfig, CampaignResult, run_campaign, summary
 from app.audit.canaries import CANARY_KINDS, FALSE_FACTS, Canary, make_canary
+from app.audit.defences import (
+    DEFENCE_LEVELS,
+    REFUSAL_LABEL,
+    defend_instruction,
+    judge_says_attack,
+    parse_defence,
+)
 from app.audit.estimates import (
     THREAT_MODELS,
     Estimates,
@@ -25,7 +32,7 @@ from app.audit.estimates import (
     white_box_estimates,
 )
 from app.audit.insertion import INSERTIONS, paired_contexts, plan_trials, replace_one
-from app.audit.noise import BUGS, VotingNoise, gaussian_voting_noise, rnm_noise
+from app.audit.noise import BUGS, VotingNoise, gaussian_voting_noise, poe_noise, rnm_noise
 from app.audit.queries import (
     QUERY_STRATEGIES,
     AttackQuery,
@@ -34,6 +41,7 @@ from app.audit.queries import (
     resolve_query,
 )
 from app.audit.targets import (
+    BrokenPoE,
     BrokenVoting,
     MechanismTarget,
     Observation,
@@ -42,7 +50,8 @@ from app.audit.targets import (
 )
 
 __all__ = [
-    "BUGS", "CANARY_KINDS", "DEFAULT_N_SAMPLE", "FALSE_FACTS", "INSERTIONS", "QUERY_STRATEGIES", "THREAT_MODELS",
+    "BUGS", "CANARY_KINDS", "DEFENCE_LEVELS", "REFUSAL_LABEL", "BrokenPoE", "defend_instruction", "judge_says_attack",
+    "parse_defence", "poe_noise", "DEFAULT_N_SAMPLE", "FALSE_FACTS", "INSERTIONS", "QUERY_STRATEGIES", "THREAT_MODELS",
     "AttackQuery", "BootstrapResult", "BrokenVoting", "CampaignConfig", "CampaignResult", "Canary", "Estimates",
     "MechanismTarget", "Observation", "QueryStrategy", "RemoteTarget", "SimulatedVotingTarget", "VotingNoise",
     "bootstrap_audit", "estimates_from_counts", "estimates_from_guesses", "gaussian_voting_noise", "get_strategy",

@@ -106,3 +106,16 @@ def gaussian_voting_noise(epsilon: float, delta: float, sensitivity: float = mat
 
     cal = calibrate_gaussian(epsilon, delta, sensitivity=sensitivity, method="analytic")
     return VotingNoise("gaussian", float(cal.value), float(cal.epsilon), float(delta)).with_bug(bug)
+
+
+def poe_noise(params: Mapping[str, Any] | Any, n_exemplars: int, bug: Any = None) -> VotingNoise:
+    """The noise ``poe`` adds, on the scale of its pre-sampling scores ``clean_scores = lam U``
+    (internals): Gumbel(0, 1), since sampling P(y) ~ exp(lam U(y)) is argmax(lam U + Gumbel(0, 1))
+    (Gumbel-max trick; ``aggregate.exponential_mechanism_sample``). Claimed: pure epsilon, delta 0.
+    A bug ``noise_multiplier`` m draws argmax(lam U + m G) = argmax((lam/m) U + G): ``noise_quarter``
+    is the exponential mechanism with lambda four times too large."""
+    from app.mechanisms.poe import PoEParams, resolve_experts
+
+    p = PoEParams.from_mapping(params)
+    resolve_experts(p, n_exemplars)  # the same validation as a release
+    return VotingNoise("gumbel", 1.0, float(p.epsilon), 0.0).with_bug(bug)

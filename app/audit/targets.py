@@ -5,7 +5,9 @@ where the threat model allows, the mechanism's noisy scores (white-box: the
 noisy vote counts of RNM, the noisy utilities of PoE). Targets:
 
 * :class:`MechanismTarget`: an ``app.mechanisms`` classifier in this process
-  (white-box: its internals), optionally a deliberately broken private voting.
+  (white-box: its internals), optionally a deliberately broken private voting or PoE,
+  optionally behind a heuristic defence (``app.audit.defences``: L1/L2 system prompts,
+  L3 LLM judge; ContextLeak 4.1, App. B).
 * :class:`RemoteTarget`: a dpicl-compatible gateway over HTTP (black-box; white-box
   too when the key may read internals). It registers every distinct context through
   ``POST /v1/datasets`` once and asks ``POST /v1/private/classify``.
@@ -14,7 +16,9 @@ noisy vote counts of RNM, the noisy utilities of PoE). Targets:
   any number of trials; the votes are an assumption, not a measurement).
 
 ``clean_votes`` (internal auditor, tight-auditing 3.1 "Internal Auditing
-Capabilities") gives the pre-noise votes for the bootstrap.
+Capabilities") gives the pre-noise votes for the bootstrap; for ``poe`` the
+pre-sampling scores lam U (internals ``clean_scores``), whose noise is the
+mechanism's own Gumbel(0, 1) (``noise.poe_noise``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.audit.noise import VotingNoise, parse_bug, rnm_noise
+from app.audit.defences import (
+    REFUSAL_LABEL,
+    defend_instruction,
+    judge_says_attack,
+    parse_defence,
+    system_prompt_of,
+)
+from app.audit.noise import VotingNoise, parse_bug, poe_noise, rnm_noise
 from app.audit.queries import AttackQuery
 
 Exemplar = tuple[str, str]
@@ -58,6 +69,23 @@ def _scores(internals: Mapping[str, Any] | None) -> np.ndarray | None:
         if internals.get(key) is not None:
             return np.asarray(internals[key], dtype=float)
     return None
+
+
+def _clean(internals: Mapping[str, Any] | None) -> np.ndarray | None:
+    """Pre-noise scores: rnm's vote histogram, or poe's lam U (``clean_scores``; older servers:
+    ``clipped_utility_sums`` x ``inverse_temperature``)."""
+    if not internals:
+        return None
+    if internals.get("clean_votes") is not None:
+        return np.asarray(internals["clean_votes"], dtype=float)
+    if internals.get("clean_scores") is not None:
+        return np.asarray(internals["clean_scores"], dtype=float)
+    if internals.get("clipped_utility_sums") is not None and internals.get("inverse_temperature") is not None:
+        return float(internals["inverse_temperature"]) * np.asarray(internals["clipped_utility_sums"], dtype=float)
+    return None
+
+
+BOOTSTRAP_MECHANISMS = ("rnm", "poe")
 
 
 # ---------------------------------------------------------------------------
@@ -113,49 +141,135 @@ class BrokenVoting:
         return ClassificationResult(labs[idx], idx, self.name, rnm.cost(p, len(ex)), internals)
 
 
+class BrokenPoE:
+    """PoE with a deliberate bug: the ``poe`` code path (experts, one batched scoring call, clipped
+    utilities summed, lam from its own calibration) but the released label is the argmax of
+    lam U + the noise of ``poe_noise(..., bug)``, while claiming poe's cost. ``noise_quarter``:
+    Gumbel(0, 1/4), i.e. the exponential mechanism with lambda x4 (pure 4 eps instead of eps)."""
+
+    name = "poe-broken"
+    is_private = True
+
+    def __init__(self, bug: Any) -> None:
+        self.bug = parse_bug(bug)
+
+    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+        from app.mechanisms import get_mechanism
+
+        return get_mechanism("poe").cost(params, n_exemplars)  # the claim the bug breaks
+
+    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None):
+        from app.mechanisms import _icl
+        from app.mechanisms import aggregate as agg
+        from app.mechanisms.base import ClassificationResult, check_labels, normalize_exemplars
+        from app.mechanisms.poe import PoEParams, inverse_temperature, resolve_experts
+        from app.mechanisms.rng import resolve_rng
+
+        p = PoEParams.from_mapping(params)
+        ex = normalize_exemplars(exemplars)
+        labs = check_labels(labels)
+        g = resolve_rng(rng)
+        units = _icl.partition(len(ex), resolve_experts(p, len(ex)), p.group_size, g)
+        probs = _icl.unit_label_probs(lm, ex, units, query, labs, template, calibrate=p.calibrate)
+        utility = agg.clipped_log_probs(probs, p.clip).sum(axis=0)
+        lam = inverse_temperature(p)
+        noise = poe_noise(p, len(ex), self.bug)
+        noisy = noise.sample(lam * utility, g)
+        idx = int(np.argmax(noisy))
+        internals = {"clipped_utility_sums": utility, "inverse_temperature": lam, "clean_scores": lam * utility,
+                     "noisy_scores": noisy, "noise": noise.to_dict()}
+        return ClassificationResult(labs[idx], idx, self.name, self.cost(p, len(ex)), internals)
+
+
+_BROKEN = {"rnm": BrokenVoting, "poe": BrokenPoE}
+
+
 class MechanismTarget:
-    """An ``app.mechanisms`` classifier run here, on ``lm``. ``bug`` (rnm only) swaps in
-    :class:`BrokenVoting`."""
+    """An ``app.mechanisms`` classifier run here, on ``lm``. ``bug`` (rnm, poe) swaps in
+    :class:`BrokenVoting` / :class:`BrokenPoE`. ``defence`` (``app.audit.defences``): ``none``/``L0``,
+    ``L1``/``L2`` (the defence prompt appended to the instruction every prompt carries, the attack
+    query's instruction included) or ``L3`` (L2's prompt plus the LLM judge on every release;
+    'Attack' replaces the released label by ``REFUSAL_LABEL``). ``judge_calls`` counts the judge's
+    model calls (cached per distinct system prompt and output: the judge is deterministic);
+    ``refusals`` the releases it replaced."""
 
     white_box = True
 
     def __init__(self, lm: Any, mechanism: str = "rnm", params: Mapping[str, Any] | None = None,
-                 template: Mapping[str, Any] | None = None, bug: Any = None) -> None:
+                 template: Mapping[str, Any] | None = None, bug: Any = None, defence: str | None = None) -> None:
         from app.mechanisms import get_mechanism
 
         self.lm = lm
         self.params = dict(params or {})
         self.template = dict(template or {})
         self.bug = None if bug in (None, "none") else bug
+        self.defence = parse_defence(defence)
+        base = get_mechanism(mechanism)
+        self.base_name = base.name
         if self.bug is not None:
-            if get_mechanism(mechanism).name != "rnm":
-                raise ValueError("bugs are implemented for rnm only")
-            self.mechanism = BrokenVoting(self.bug)
+            if base.name not in _BROKEN:
+                raise ValueError(f"bugs are implemented for {', '.join(_BROKEN)} only")
+            self.mechanism = _BROKEN[base.name](self.bug)
         else:
-            self.mechanism = get_mechanism(mechanism)
-        self.name = f"in-process:{self.mechanism.name}"
+            self.mechanism = base
+        self.name = f"in-process:{self.mechanism.name}" + ("" if self.defence == "none" else f"+{self.defence}")
+        self.judge_calls = 0
+        self.refusals = 0
+        self._judged: dict[tuple[str, str], tuple[bool, float]] = {}
+
+    def prompt_template(self, attack: AttackQuery) -> dict[str, Any]:
+        """The template fields the model sees: the attack's instruction, then the defence prompt."""
+        t = attack.template(self.template)
+        if self.defence != "none":
+            from app.icl import get_template
+
+            t["instruction"] = defend_instruction(get_template(t).instruction, self.defence)
+        return t
 
     def _classify(self, context, attack: AttackQuery, rng):
         return self.mechanism.classify(self.lm, list(context), attack.query, attack.labels,
-                                       attack.template(self.template), self.params, rng)
+                                       self.prompt_template(attack), self.params, rng)
+
+    def judge(self, context, attack: AttackQuery, output: str) -> tuple[bool, float]:
+        """L3 on one release (ContextLeak App. B): the system prompt (instruction + exemplars) and the output."""
+        sp = system_prompt_of(self.prompt_template(attack), list(context), attack.labels)
+        key = (sp, output)
+        if key not in self._judged:
+            self._judged[key] = judge_says_attack(self.lm, sp, output)
+            self.judge_calls += 1
+        return self._judged[key]
 
     def observe(self, context, attack, rng) -> Observation:
         res = self._classify(context, attack, rng)
-        cv = res.internals.get("clean_votes")
-        return Observation(res.label, _scores(res.internals), None if cv is None else np.asarray(cv, float),
+        label = res.label
+        if self.defence == "L3":
+            if REFUSAL_LABEL in attack.labels:
+                raise ValueError(f"the refusal {REFUSAL_LABEL!r} is one of the attack's labels")
+            said_attack, _p = self.judge(context, attack, label)
+            if said_attack:
+                label = REFUSAL_LABEL  # counts as "not the positive label"; white-box internals unchanged
+                self.refusals += 1
+        return Observation(label, _scores(res.internals), _clean(res.internals),
                            res.privacy.get("epsilon"), res.privacy.get("delta"))
 
     def clean_votes(self, context, attack, rng) -> np.ndarray:
-        """The non-private M' of tight-auditing Algorithm 1 line 1: the clean votes of one call."""
+        """The non-private M' of tight-auditing Algorithm 1 line 1: the pre-noise scores of one call
+        (rnm: the vote histogram; poe: lam U, whose noise is Gumbel(0, 1))."""
         res = self._classify(context, attack, rng)
-        if "clean_votes" not in res.internals:
-            raise ValueError(f"{self.mechanism.name} has no vote histogram to bootstrap")
-        return np.asarray(res.internals["clean_votes"], dtype=float)
+        cv = _clean(res.internals)
+        if cv is None:
+            raise ValueError(f"{self.mechanism.name} has no pre-noise scores to bootstrap")
+        return cv
 
     def noise(self, n_exemplars: int) -> VotingNoise:
-        if self.mechanism.name not in ("rnm", "rnm-broken"):
-            raise ValueError("the bootstrap re-applies private-voting noise: use mechanism rnm")
-        return rnm_noise(self.params, n_exemplars, self.bug)
+        if self.defence == "L3":
+            raise ValueError("the L3 judge filters each release after the noise; the bootstrap cannot re-apply "
+                             "it: use direct mode")
+        if self.base_name == "rnm":
+            return rnm_noise(self.params, n_exemplars, self.bug)
+        if self.base_name == "poe":
+            return poe_noise(self.params, n_exemplars, self.bug)
+        raise ValueError(f"the bootstrap re-applies the mechanism's noise: use one of {', '.join(BOOTSTRAP_MECHANISMS)}")
 
     def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
         if not self.mechanism.is_private:
@@ -289,19 +403,29 @@ class RemoteTarget:
     def observe(self, context, attack, rng) -> Observation:
         out = self._ask(context, attack, rng, self.white_box)
         internals = out.get("internals") if self.white_box else None
-        cv = (internals or {}).get("clean_votes")
         priv = out.get("privacy") or {}
-        return Observation(out["label"], _scores(internals), None if cv is None else np.asarray(cv, float),
+        return Observation(out["label"], _scores(internals), _clean(internals),
                            priv.get("epsilon"), priv.get("delta"))
 
     def clean_votes(self, context, attack, rng) -> np.ndarray:
         out = self._ask(context, attack, rng, True)
-        return np.asarray(out["internals"]["clean_votes"], dtype=float)
+        cv = _clean(out.get("internals"))
+        if cv is None:
+            raise ValueError(f"the gateway returned no pre-noise scores for {self.mechanism}")
+        return cv
+
+    def _mechanism_params(self) -> dict[str, Any]:
+        from app.mechanisms import get_mechanism
+
+        fields = get_mechanism(self.mechanism).params_type.__dataclass_fields__
+        return {k: v for k, v in self.params.items() if k in fields}
 
     def noise(self, n_exemplars: int) -> VotingNoise:
-        if self.mechanism != "rnm":
-            raise ValueError("the bootstrap re-applies private-voting noise: use mechanism rnm")
-        return rnm_noise(self.params, n_exemplars)
+        if self.mechanism == "rnm":
+            return rnm_noise(self.params, n_exemplars)
+        if self.mechanism == "poe":  # Gumbel(0, 1) on the gateway's clean_scores = lam U
+            return poe_noise(self._mechanism_params(), n_exemplars)
+        raise ValueError(f"the bootstrap re-applies the mechanism's noise: use one of {', '.join(BOOTSTRAP_MECHANISMS)}")
 
     def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
         if self.last_privacy:

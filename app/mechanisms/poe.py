@@ -166,6 +166,9 @@ class PoE(Mechanism):
             "expert_label_probs": probs,
             "inverse_temperature": lam,
             "expert_count": resolve_experts(p, n_exemplars),
+            # The pre-sampling scores lam U: noisy_scores = clean_scores + Gumbel(0, 1), so an internal
+            # auditor can re-apply the noise (tight-auditing Alg. 1, the M' of line 1; app.audit).
+            "clean_scores": lam * utility,
             "noisy_scores": noisy,  # lam U + Gumbel(1): its argmax is the released label
         }
         if experts is not None:
