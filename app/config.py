@@ -7,14 +7,15 @@ offending setting in its one-line error).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, IPvAnyNetwork, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class ModelConfig(BaseModel):
@@ -89,6 +90,11 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
     webhook_max_attempts: int = Field(default=6, ge=1)
     webhook_backoff_seconds: float = Field(default=2.0, gt=0)
+    # Webhook egress policy (app/jobs/egress.py): public addresses only unless allowed here.
+    # Lists: JSON ('["a","b"]') or comma-separated.
+    webhook_allow_private: bool = False
+    webhook_allowed_networks: Annotated[list[IPvAnyNetwork], NoDecode] = Field(default_factory=list)
+    webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("database_url")
     @classmethod
@@ -96,6 +102,28 @@ class Settings(BaseSettings):
         if not (v.startswith("sqlite") or v.startswith("postgresql")):
             raise ValueError("must be a sqlite:/// or postgresql:// URL")
         return v
+
+    @field_validator("webhook_allowed_networks", "webhook_allowed_hosts", mode="before")
+    @classmethod
+    def _split_list(cls, v):
+        if isinstance(v, str):
+            v = v.strip()
+            if v.startswith("["):
+                return json.loads(v)
+            return [x.strip() for x in v.split(",") if x.strip()]
+        return v
+
+    @field_validator("webhook_allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, v: list[str]) -> list[str]:
+        out = []
+        for h in v:
+            h = h.strip().rstrip(".").lower()
+            bare = h[2:] if h.startswith("*.") else h
+            if not bare or not re.fullmatch(r"[a-z0-9_.:\[\]-]+", bare) or "*" in bare:
+                raise ValueError(f"{h!r} is not a host name, '*.domain' or IP address")
+            out.append(h)
+        return out
 
     @field_validator("model_cache_dir", "artifacts_dir")
     @classmethod

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from app.jobs import registry
+from app.jobs import egress, registry
 from app.jobs import repository as repo
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.resource import job_resource, load_resource
@@ -112,6 +112,11 @@ def submit(
             "webhook_url needs a signing secret on the server: set DPICL_WEBHOOK_SECRET (16+ characters)",
             param="webhook_url",
         )
+    if webhook_url:
+        try:
+            egress.check_url(webhook_url, settings)
+        except egress.EgressRefused as exc:
+            raise JobConfigError(str(exc), param="webhook_url") from None
     digest = request_hash(kind_name, config, claimed_epsilon, claimed_delta, webhook_url)
     with runtime.db.session() as s:
         job, created = repo.create_job(

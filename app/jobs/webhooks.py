@@ -6,6 +6,11 @@ Signed: ``X-DPICL-Signature: sha256=<hex HMAC-SHA256 of the raw body>`` with
 survive restarts and any runner (server or worker) may deliver. A receiver
 answering 2xx ends the retries; anything else, or no answer within
 ``webhook_timeout_seconds``, is retried up to ``webhook_max_attempts`` times.
+
+Egress policy (app/jobs/egress.py): the URL is checked again before each attempt,
+and the connection resolves the host once, refuses non-public addresses unless
+the settings allow them, and connects to the vetted address; redirects are not
+followed. A refusal fails the delivery at once (no retries), with the reason.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from app.jobs import egress
 from app.jobs import repository as repo
 from app.jobs.resource import load_resource
 from app.store.base import utcnow
@@ -42,7 +48,10 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
 
 
 def deliver_due(runtime: Runtime, *, client: httpx.Client | None = None, limit: int = 20) -> int:
-    """Make one delivery attempt for every webhook that is due; returns how many were attempted."""
+    """Make one delivery attempt for every webhook that is due; returns how many were attempted.
+
+    ``client`` replaces the delivery client (tests only: the egress policy's address
+    checks live in the default client's transport, see :func:`egress.client`)."""
     settings = runtime.settings
     timeout = settings.webhook_timeout_seconds
     with runtime.db.session() as s:
@@ -50,7 +59,7 @@ def deliver_due(runtime: Runtime, *, client: httpx.Client | None = None, limit: 
     if not due:
         return 0
     own = client is None
-    client = client or httpx.Client(timeout=timeout, follow_redirects=False)
+    client = client or egress.client(settings)
     done = 0
     try:
         for job_id, attempts in due:
@@ -82,13 +91,21 @@ def _attempt(runtime: Runtime, client: httpx.Client, job_id: str, url: str, body
     }
     if settings.webhook_secret:
         headers[SIGNATURE_HEADER] = sign(settings.webhook_secret, body)
+    refused = None
     try:
+        egress.check_url(url, settings)  # the settings may have changed since the job was submitted
         r = client.post(url, content=body, headers=headers)
         ok, reason = 200 <= r.status_code < 300, f"HTTP {r.status_code}"
+    except egress.EgressRefused as exc:
+        ok, refused = False, exc.reason
     except httpx.HTTPError as exc:
         ok, reason = False, f"{type(exc).__name__}: {exc}"[:120]
     with runtime.db.session() as s:
-        if ok:
+        if refused is not None:
+            status = f"failed: refused by the egress policy ({refused})"
+            repo.record_webhook(s, job_id, attempts=n, status=status[:200], next_at=None)
+            log.warning("webhook of job %s refused by the egress policy: %s", job_id, refused)
+        elif ok:
             repo.record_webhook(s, job_id, attempts=n, status=f"delivered ({reason}, attempt {n})", next_at=None)
             log.info("webhook of job %s delivered (%s, attempt %d)", job_id, reason, n)
         elif n >= settings.webhook_max_attempts:
