@@ -38,8 +38,11 @@ from app.audit.estimates import (
     Estimates,
     estimates_from_guesses,
     margin_statistic,
+    reference_vector_statistic,
+    split_selection,
     white_box_estimates,
 )
+from app.audit.gen_queries import GenerationAttack, GenerationStrategy, resolve_generation_query
 from app.audit.insertion import paired_contexts, plan_trials
 from app.audit.queries import AttackQuery, QueryStrategy, resolve_query
 
@@ -58,8 +61,10 @@ class CampaignConfig:
     threshold_fraction: float = 0.5
     objective: str = "epsilon"  # threshold objective: epsilon | mu
     statistic: str = "margin"  # white-box: margin (tight-auditing 3.2) | positive (ContextLeak A.3)
+    #   | reference_vector (generation: Choi et al., ContextLeak A.4)
     n_llm: int = 16  # bootstrap: clean vote vectors per hypothesis
     n_sample: int = DEFAULT_N_SAMPLE  # bootstrap: simulated trials per hypothesis
+    signals: tuple[str, str] | None = None  # generation: (y1, y0); None = the strategy's or the default pair
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -122,7 +127,7 @@ def run_campaign(
     target: Any,
     exemplars: Sequence[tuple[str, str]],
     canary: Canary,
-    strategy: str | QueryStrategy | Mapping[str, Any],
+    strategy: str | QueryStrategy | GenerationStrategy | Mapping[str, Any],
     *,
     task_labels: Sequence[str],
     template: Mapping[str, Any] | None = None,
@@ -133,7 +138,13 @@ def run_campaign(
     t0 = time.perf_counter()
     report = progress or _noop
     ex = [tuple(e) for e in exemplars]
-    attack = resolve_query(strategy, canary, task_labels, ex, template)
+    generation = getattr(target, "task", "classification") == "generation"
+    if generation:
+        attack = resolve_generation_query(strategy, canary, config.signals)
+    else:
+        if config.statistic == "reference_vector":
+            raise ValueError("statistic reference_vector is for generation targets (a noisy mean embedding)")
+        attack = resolve_query(strategy, canary, task_labels, ex, template)
     eps_claimed, delta_claimed = target.claimed(len(ex))
     delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
     tms = tuple(t for t in config.threat_models if t == "black-box" or target.white_box)
@@ -147,7 +158,9 @@ def run_campaign(
     if attack.strategy in ("gap", "brainwash") and canary.kind != "heldout":
         notes.append(f"{attack.strategy} is meant for a held-out canary; the {canary.kind} canary's assigned "
                      "label plays the true label")
-    if config.mode == "bootstrap":
+    if config.mode == "bootstrap" and generation:
+        res = _gen_bootstrap(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
+    elif config.mode == "bootstrap":
         res = _bootstrap(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
     else:
         res = _direct(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
@@ -169,11 +182,13 @@ def _child_rngs(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
 def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
     plan = plan_trials(ex, attack.canary.exemplar(), config.trials, config.insertion, rng)
     rngs = _child_rngs(rng, len(plan))
-    labels, scores = [], []
+    labels, scores, bb_scores, vectors = [], [], [], []
     for i, (ctx, g) in enumerate(zip(plan.contexts, rngs)):
         obs = target.observe(ctx, attack, g)
         labels.append(obs.label)
         scores.append(obs.noisy_scores)
+        bb_scores.append(getattr(obs, "score", None))
+        vectors.append(getattr(obs, "noisy_vector", None))
         if (i + 1) % max(1, len(plan) // 100) == 0 or i + 1 == len(plan):  # at most ~100 progress points
             report(0.95 * (i + 1) / len(plan), f"trial {i + 1} of {len(plan)}")
     members = plan.members
@@ -181,18 +196,36 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
     k = len(attack.labels)
     estimates: dict[str, Estimates] = {}
     gauss_bb = _gaussian(target, len(ex)) and k == 2
-    if "black-box" in tms:
+    similarity = getattr(attack, "decision", "") == "similarity"
+    bb_stat = None
+    if "black-box" in tms and similarity:
+        # Repeat attack: a score of the released text, thresholded on held-out trials like white-box.
+        bb_stat = np.array(bb_scores, dtype=float)
+        estimates["black-box"] = white_box_estimates(
+            bb_stat, members, confidence=conf, delta=delta, epsilon_theory=eps_theory, gdp_applicable=False,
+            threshold_fraction=config.threshold_fraction, objective=config.objective, threat_model="black-box",
+            assumptions=["black-box score: minus the embedding distance of the answer to the canary's second half"])
+    elif "black-box" in tms:
         estimates["black-box"] = estimates_from_guesses(
             guesses, members, threat_model="black-box", confidence=conf, delta=delta, epsilon_theory=eps_theory,
             gdp_applicable=gauss_bb, assumptions=[f"guess: released label == {attack.positive!r}"])
     stat = None
     tau = None
     if "white-box" in tms:
-        if any(s is None for s in scores):
-            raise ValueError(f"target {target.name} returned no noisy scores: white-box needs internals")
-        stat = margin_statistic(np.vstack(scores), attack.positive_index, attack.negative_index, config.statistic)
+        if config.statistic == "reference_vector":
+            if any(v is None for v in vectors):
+                raise ValueError(f"target {target.name} returned no noisy mean: the reference vector needs internals")
+            sel = split_selection(len(members), config.threshold_fraction, members)
+            stat = reference_vector_statistic(np.vstack(vectors), members, sel)
+            gdp = True  # a fixed projection of Gaussian noise (ESA's only noise)
+        else:
+            if any(s is None for s in scores):
+                raise ValueError(f"target {target.name} returned no noisy scores: white-box needs internals")
+            stat = margin_statistic(np.vstack(scores), attack.positive_index, attack.negative_index,
+                                    config.statistic)
+            gdp = _gaussian(target, len(ex)) and not isinstance(attack, GenerationAttack)
         e = white_box_estimates(stat, members, confidence=conf, delta=delta, epsilon_theory=eps_theory,
-                                gdp_applicable=_gaussian(target, len(ex)), threshold_fraction=config.threshold_fraction,
+                                gdp_applicable=gdp, threshold_fraction=config.threshold_fraction,
                                 objective=config.objective,
                                 assumptions=[f"white-box statistic: {config.statistic}"])
         estimates["white-box"] = e
@@ -200,6 +233,9 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
     trials = []
     for i, (m, lab) in enumerate(zip(members, labels)):
         row = {"trial": i, "member": bool(m), "released": lab, "black_box_guess": bool(lab == attack.positive)}
+        if bb_stat is not None:
+            row["black_box_score"] = float(bb_stat[i])
+            row.pop("black_box_guess")
         if stat is not None:
             row["statistic"] = float(stat[i])
         trials.append(row)
@@ -240,6 +276,35 @@ def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, 
         "model_calls": 2 * config.n_llm,
         # tight-auditing 3.5: trials x 2 hypotheses x partitions prompts if every trial ran the model.
         "naive_model_calls": None if partitions is None else config.n_sample * 2 * partitions,
+        "trials": trials, "statistic_with": b.statistic_with, "statistic_without": b.statistic_without,
+        "threshold": None if wb is None else wb.threshold, "bootstrap": b, "notes": list(b.assumptions),
+    }
+
+
+def _gen_bootstrap(target, ex, attack: GenerationAttack, config, rng, report, tms, conf, delta, eps_theory):
+    """Algorithm 1 for ESA (``app.audit.gen_bootstrap``): 2 x n_llm noise-free calls on the fixed
+    pair C1/C0, then n_sample simulated draws per hypothesis."""
+    from app.audit.gen_bootstrap import esa_bootstrap
+
+    c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
+    dw, do = [], []
+    rngs = _child_rngs(rng, 2 * config.n_llm)
+    for i in range(config.n_llm):
+        dw.append(target.clean_votes(c1, attack, rngs[2 * i]))
+        do.append(target.clean_votes(c0, attack, rngs[2 * i + 1]))
+        report(0.8 * (i + 1) / config.n_llm, f"clean calls {2 * (i + 1)} of {2 * config.n_llm}")
+    report(0.85, f"bootstrap: {config.n_sample} simulated trials per hypothesis")
+    statistic = "reference_vector" if config.statistic == "reference_vector" else "margin"
+    b = esa_bootstrap(dw, do, target.decider.points(attack), attack.decision, rng=rng, n_sample=config.n_sample,
+                      threat_models=tms, statistic=statistic, confidence=conf, delta=delta,
+                      epsilon_theory=eps_theory, threshold_fraction=config.threshold_fraction,
+                      objective=config.objective)
+    per_call = target.prompts_per_call(len(ex))
+    trials = [{"call": i, "member": i % 2 == 0} for i in range(2 * config.n_llm)]
+    wb = b.estimates.get("white-box")
+    return b.estimates, {
+        "model_calls": 2 * config.n_llm,
+        "naive_model_calls": None if per_call is None else config.n_sample * 2 * per_call,
         "trials": trials, "statistic_with": b.statistic_with, "statistic_without": b.statistic_without,
         "threshold": None if wb is None else wb.threshold, "bootstrap": b, "notes": list(b.assumptions),
     }

@@ -36,7 +36,7 @@ from scipy import special
 from app.privacy import accuracy_epsilon_bound, epsilon_lower_bound
 
 THREAT_MODELS = ("black-box", "white-box")
-STATISTICS = ("margin", "positive")
+STATISTICS = ("margin", "positive", "reference_vector")
 OBJECTIVES = ("epsilon", "mu")
 
 
@@ -237,12 +237,26 @@ def split_selection(n: int, fraction: float, members: np.ndarray) -> np.ndarray:
     return mask
 
 
+def reference_vector_statistic(vectors: np.ndarray, members: np.ndarray, selection: np.ndarray) -> np.ndarray:
+    """Projection of each noisy vector on v = mean(member) - mean(non-member) over the selection
+    trials only (Choi et al.; ContextLeak A.4, Figure 13), so that the counted trials never
+    shaped the statistic."""
+    x = np.asarray(vectors, dtype=float)
+    m = np.asarray(members, dtype=bool)
+    sel = np.asarray(selection, dtype=bool)
+    if not ((sel & m).any() and (sel & ~m).any()):
+        raise ValueError("too few trials: the selection split lacks one hypothesis")
+    v = x[sel & m].mean(axis=0) - x[sel & ~m].mean(axis=0)
+    return x @ v
+
+
 def white_box_estimates(
     statistic: np.ndarray, members: np.ndarray, *, confidence: float, delta: float, epsilon_theory: float | None,
     gdp_applicable: bool, threshold_fraction: float = 0.5, objective: str = "epsilon",
-    assumptions: Sequence[str] = (),
+    assumptions: Sequence[str] = (), threat_model: str = "white-box",
 ) -> Estimates:
-    """Threshold chosen on the first ``threshold_fraction`` of the trials, counted on the rest."""
+    """Threshold chosen on the first ``threshold_fraction`` of the trials, counted on the rest
+    (also the black-box repeat attack, whose score is thresholded the same way)."""
     s = np.asarray(statistic, dtype=float)
     m = np.asarray(members, dtype=bool)
     sel = split_selection(s.size, threshold_fraction, m)
@@ -250,6 +264,6 @@ def white_box_estimates(
     if not (m[ev].any() and (~m[ev]).any()):
         raise ValueError("too few trials: the counted split lacks one hypothesis")
     tau = select_threshold(s[sel & m], s[sel & ~m], confidence=confidence, delta=delta, objective=objective)
-    return estimates_from_guesses(s[ev] > tau, m[ev], threat_model="white-box", confidence=confidence, delta=delta,
+    return estimates_from_guesses(s[ev] > tau, m[ev], threat_model=threat_model, confidence=confidence, delta=delta,
                                   epsilon_theory=epsilon_theory, gdp_applicable=gdp_applicable, threshold=tau,
                                   selection_trials=int(sel.sum()), assumptions=assumptions)

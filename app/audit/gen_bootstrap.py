@@ -1,0 +1,201 @@
+"""Bootstrap auditing for ESA (tight-auditing paper, Section 3.5, Algorithm 1, with clean mean
+embeddings in place of clean vote vectors).
+
+Lines 1-3: ``n_llm`` noise-free calls per hypothesis give clean means c_i (and each call's
+zero-shot candidate embeddings, public). Lines 5-7: resample a call, add ESA's own noise
+N(0, sigma^2 I_d), decide; ``n_sample`` draws per hypothesis.
+
+Exact low-dimensional sampling. Every statistic depends on the noise z only through
+||c + z - p||^2 for a few points p (signals, candidates) and through z . v (reference
+vector). With Q an orthonormal basis of the span of {c - p} and v (r <= 2 + candidates
+dimensions), z = sigma (Q g + z_perp) with g ~ N(0, I_r) and ||z_perp||^2 ~ sigma^2
+chi^2_{d-r} independent of g, so
+
+    ||c + z - p||^2 = ||c - p||^2 - 2 sigma g . Q^T(p - c) + sigma^2 (||g||^2 + chi^2_{d-r})
+
+is drawn exactly from r + 1 numbers instead of d = 384 (``test_reduction_is_exact`` checks
+it against full-dimensional draws).
+
+Decisions (the campaign's, ``app.audit.gen_queries``): black-box = the released candidate
+(the one nearest the noisy mean) is nearer y1 than y0 (``signal``), or its similarity
+score to the canary's second half (``similarity``, thresholded); white-box = d0 - d1 of the
+noisy mean (``margin``), minus its distance to the reference text (``similarity``), or its
+projection on the reference vector v = mean(c | with) - mean(c | without) (Choi et al.;
+ContextLeak A.4; taken from the clean means, i.e. before any counted draw).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from app.audit.bootstrap import BootstrapResult, _sizes
+from app.audit.estimates import Estimates, estimates_from_counts, select_threshold
+
+GEN_STATISTICS = ("margin", "reference_vector")
+
+
+def _basis(c: np.ndarray, points: np.ndarray, v: np.ndarray | None) -> np.ndarray:
+    cols = [(p - c) for p in points]
+    if v is not None:
+        cols.append(v)
+    a = np.stack(cols, axis=1)  # (d, k)
+    q, r = np.linalg.qr(a)
+    keep = np.abs(np.diag(r)) > 1e-12 * max(1.0, float(np.abs(r).max()))
+    return q[:, keep]
+
+
+def sample_sq_distances(c: np.ndarray, points: np.ndarray, sigma: float, n: int, rng: np.random.Generator,
+                        v: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(n, len(points)) squared distances ||c + z - p||^2 with z ~ N(0, sigma^2 I_d), and (n,)
+    projections (c + z) . v, drawn exactly through the r-dimensional reduction."""
+    d = c.size
+    q = _basis(c, points, v)
+    r = q.shape[1]
+    g = rng.standard_normal((n, r))
+    rest = rng.chisquare(d - r, size=n) if d > r else np.zeros(n)
+    base = np.sum((points - c[None, :]) ** 2, axis=1)  # ||c - p||^2
+    a = (points - c[None, :]) @ q  # (k, r) = Q^T (p - c)
+    sq = base[None, :] - 2.0 * sigma * (g @ a.T) + (sigma ** 2) * (np.sum(g * g, axis=1) + rest)[:, None]
+    proj = None if v is None else float(c @ v) + sigma * (g @ (q.T @ v))
+    return np.maximum(sq, 0.0), proj
+
+
+def _simulate(draws: Sequence[Any], signals: np.ndarray, decision: str, sigma: float, n: int,
+              rng: np.random.Generator, v: np.ndarray | None) -> dict[str, np.ndarray]:
+    """n draws: resample a clean call (Algorithm 1 line 5), add noise, compute every statistic."""
+    which = rng.integers(0, len(draws), size=n)
+    out = {"bb": np.empty(n), "wb_margin": np.empty(n), "wb_ref": np.empty(n)}
+    for i in np.unique(which):
+        rows = np.nonzero(which == i)[0]
+        dr = draws[int(i)]
+        pts = np.vstack([signals, dr.candidates])
+        sq, proj = sample_sq_distances(dr.clean_mean, pts, sigma, rows.size, rng, v)
+        dist = np.sqrt(sq)
+        ns = signals.shape[0]
+        if decision == "similarity":
+            out["wb_margin"][rows] = -dist[:, 0]
+            cand_score = -np.linalg.norm(dr.candidates - signals[0][None, :], axis=1)
+        else:
+            out["wb_margin"][rows] = dist[:, 1] - dist[:, 0]
+            dc = np.linalg.norm(dr.candidates[:, None, :] - signals[None, :, :], axis=2)
+            cand_score = (dc[:, 0] < dc[:, 1]).astype(float)  # the candidate says y1
+        chosen = np.argmin(sq[:, ns:], axis=1)  # ESA releases the candidate nearest the noisy mean
+        out["bb"][rows] = cand_score[chosen]
+        out["wb_ref"][rows] = proj if proj is not None else np.nan
+    return out
+
+
+def _threshold_counts(s_in, s_out, k, confidence, delta, objective):
+    tau = select_threshold(s_in[:k], s_out[:k], confidence=confidence, delta=delta, objective=objective)
+    tp = int(np.count_nonzero(s_in[k:] > tau))
+    fp = int(np.count_nonzero(s_out[k:] > tau))
+    return tau, (tp, s_in.size - k - tp, fp, s_out.size - k - fp)
+
+
+def esa_bootstrap(
+    draws_with: Sequence[Any],
+    draws_without: Sequence[Any],
+    signals: np.ndarray,
+    decision: str,
+    *,
+    rng: np.random.Generator,
+    n_sample: int = 400_000,
+    threat_models: Sequence[str] = ("black-box", "white-box"),
+    statistic: str = "margin",
+    confidence: float = 0.95,
+    delta: float = 1e-5,
+    epsilon_theory: float | None = None,
+    threshold_fraction: float = 0.5,
+    objective: str = "epsilon",
+    convergence: bool = True,
+) -> BootstrapResult:
+    """Algorithm 1 for ESA. ``signals``: (2, d) embeddings of (y1, y0), or (1, d) of the repeat
+    attack's reference text. Thresholds (white-box; black-box ``similarity``) are chosen on the
+    first ``threshold_fraction`` of the draws and counted on the rest."""
+    t0 = time.perf_counter()
+    if statistic not in GEN_STATISTICS:
+        raise ValueError(f"statistic must be one of {GEN_STATISTICS} for a generation bootstrap")
+    if not draws_with or not draws_without:
+        raise ValueError("the bootstrap needs clean draws under both hypotheses")
+    sigmas = {round(float(dr.sigma), 12) for dr in (*draws_with, *draws_without)}
+    if len(sigmas) != 1:
+        raise ValueError(f"the calls used different noise scales {sorted(sigmas)}")
+    sigma = float(draws_with[0].sigma)
+    sig = np.atleast_2d(np.asarray(signals, dtype=float))
+    v = None
+    if statistic == "reference_vector":
+        v = (np.mean([dr.clean_mean for dr in draws_with], axis=0)
+             - np.mean([dr.clean_mean for dr in draws_without], axis=0))
+        if not np.any(v):
+            v = None  # no clean difference at all: the projection carries no signal
+    h_in = _simulate(draws_with, sig, decision, sigma, n_sample, rng, v)
+    h_out = _simulate(draws_without, sig, decision, sigma, n_sample, rng, v)
+    k = max(1, min(n_sample - 1, int(round(n_sample * threshold_fraction))))
+    note = ["bootstrap: ESA's Gaussian noise re-applied to resampled clean means (exact reduction to the span "
+            "of the decision points)"]
+    est: dict[str, Estimates] = {}
+    counts: dict[str, Any] = {}
+    if "black-box" in threat_models:
+        if decision == "similarity":
+            tau, c = _threshold_counts(h_in["bb"], h_out["bb"], k, confidence, delta, objective)
+            est["black-box"] = estimates_from_counts(*c, threat_model="black-box", confidence=confidence, delta=delta,
+                                                     epsilon_theory=epsilon_theory, gdp_applicable=False,
+                                                     threshold=tau, selection_trials=2 * k, assumptions=note)
+            counts["black-box"] = ("threshold", tau)
+        else:
+            tp, fp = int(np.count_nonzero(h_in["bb"] > 0.5)), int(np.count_nonzero(h_out["bb"] > 0.5))
+            est["black-box"] = estimates_from_counts(tp, n_sample - tp, fp, n_sample - fp, threat_model="black-box",
+                                                     confidence=confidence, delta=delta,
+                                                     epsilon_theory=epsilon_theory, gdp_applicable=False,
+                                                     assumptions=note)
+            counts["black-box"] = ("guess", None)
+    s_in = s_out = None
+    tau_w = None
+    if "white-box" in threat_models:
+        key = "wb_ref" if statistic == "reference_vector" else "wb_margin"
+        s_in, s_out = h_in[key], h_out[key]
+        if np.isnan(s_in).any():  # no reference direction: a constant statistic
+            s_in, s_out = np.zeros(n_sample), np.zeros(n_sample)
+        tau_w, c = _threshold_counts(s_in, s_out, k, confidence, delta, objective)
+        # The projection on a fixed v is Gaussian with the same variance under both hypotheses.
+        est["white-box"] = estimates_from_counts(*c, threat_model="white-box", confidence=confidence, delta=delta,
+                                                 epsilon_theory=epsilon_theory,
+                                                 gdp_applicable=statistic == "reference_vector", threshold=tau_w,
+                                                 selection_trials=2 * k, assumptions=note + [f"statistic: {statistic}"])
+    conv: list[dict[str, Any]] = []
+    if convergence:
+        for m in _sizes(n_sample):
+            row: dict[str, Any] = {"n_sample": m, "n_llm": len(draws_with) + len(draws_without)}
+            if "black-box" in est:
+                kind, tau = counts["black-box"]
+                if kind == "guess":
+                    tp, fp = int(np.count_nonzero(h_in["bb"][:m] > 0.5)), int(np.count_nonzero(h_out["bb"][:m] > 0.5))
+                    c = (tp, m - tp, fp, m - fp)
+                else:
+                    mm = min(m, n_sample - k)
+                    tp = int(np.count_nonzero(h_in["bb"][k:k + mm] > tau))
+                    fp = int(np.count_nonzero(h_out["bb"][k:k + mm] > tau))
+                    c = (tp, mm - tp, fp, mm - fp)
+                e = estimates_from_counts(*c, threat_model="black-box", confidence=confidence, delta=delta,
+                                          epsilon_theory=epsilon_theory, gdp_applicable=False)
+                row["black_box_epsilon_lower"] = e.epsilon_lower
+            if s_in is not None:
+                mm = min(m, n_sample - k)
+                tp = int(np.count_nonzero(s_in[k:k + mm] > tau_w))
+                fp = int(np.count_nonzero(s_out[k:k + mm] > tau_w))
+                e = estimates_from_counts(tp, mm - tp, fp, mm - fp, threat_model="white-box", confidence=confidence,
+                                          delta=delta, epsilon_theory=epsilon_theory, gdp_applicable=False)
+                row["white_box_epsilon_lower"] = e.epsilon_lower
+                row["white_box_epsilon_gdp"] = e.epsilon_gdp
+            conv.append(row)
+    keep = min(20_000, n_sample)
+    return BootstrapResult(
+        len(draws_with) + len(draws_without), n_sample, est, conv, time.perf_counter() - t0,
+        None if s_in is None else s_in[:keep].copy(), None if s_out is None else s_out[:keep].copy(),
+        ["the Clopper-Pearson bound holds for the simulated mechanism (ESA's noise on the empirical distribution "
+         "of clean means and candidates); bootstrap spread is not a confidence interval"],
+    )

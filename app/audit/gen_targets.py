@@ -1,0 +1,269 @@
+"""Generation targets: the same campaign code (``app.audit.campaign``) against text answers.
+
+* :class:`GenerationMechanismTarget`: an ``app.mechanisms.generation`` mechanism run
+  here (white-box for ``esa``: the noisy mean embedding is observable).
+* :class:`RemoteGenerationTarget`: a dpicl gateway, ``POST /v1/datasets`` (task
+  generation) then ``POST /v1/private/generate`` (white-box with the 'internals' scope).
+
+Both turn an answer into a :class:`GenerationObservation` with the auditor's embedder
+(:class:`SignalDecider`): the nearest signal text (black-box decision of Prompts 2/3),
+the repeat attack's similarity score, and the white-box statistics of the noisy mean.
+The auditor's embedder must be the mechanism's (MiniLM here) for the white-box
+statistics to mean what the paper means; the black-box decision works with any.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.audit.gen_queries import GenerationAttack
+from app.audit.targets import Observation
+
+Exemplar = tuple[str, str]
+PRIVACY_KEYS = ("epsilon", "delta", "adjacency")
+
+
+@dataclass(frozen=True)
+class GenerationObservation(Observation):
+    text: str = ""
+    score: float | None = None  # black-box score (repeat attack): larger = more like a member
+    noisy_vector: np.ndarray | None = None  # white-box: the noisy mean embedding (ESA)
+
+
+@dataclass(frozen=True)
+class CleanDraw:
+    """What the bootstrap keeps of one noise-free call (tight-auditing Algorithm 1 line 1 for ESA):
+    the clean mean embedding and the zero-shot candidates' embeddings (public: no exemplar is read)."""
+
+    clean_mean: np.ndarray
+    candidates: np.ndarray
+    sigma: float
+
+
+class SignalDecider:
+    """Embeds texts once (cache) and makes the decisions of ``app.audit.gen_queries``."""
+
+    def __init__(self, embedder: Any) -> None:
+        if embedder is None:
+            raise ValueError("a generation audit needs an embedder (the auditor's; MiniLM is bundled)")
+        self.embedder = embedder
+        self._cache: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            for t, e in zip(missing, np.asarray(self.embedder.embed(list(missing)), dtype=float)):
+                self._cache[t] = e
+        return np.vstack([self._cache[t] for t in texts]) if texts else np.zeros((0, 0))
+
+    def points(self, attack: GenerationAttack) -> np.ndarray:
+        """Rows: the texts the statistics measure distances to ((y1, y0), or (reference,))."""
+        if attack.decision == "similarity":
+            return self.embed([attack.reference or ""])
+        return self.embed(list(attack.labels[:2]))
+
+    def observe(self, text: str, noisy_mean: Any, attack: GenerationAttack, epsilon=None, delta=None,
+                clean: Any = None) -> GenerationObservation:
+        e = self.embed([text])[0]
+        pts = self.points(attack)
+        m = None if noisy_mean is None else np.asarray(noisy_mean, dtype=float)
+        if attack.decision == "similarity":
+            score = -float(np.linalg.norm(e - pts[0]))
+            scores = None if m is None else np.array([-float(np.linalg.norm(m - pts[0])), 0.0])
+            # The label slot never carries the answer: results and trial rows stay free of generated text.
+            return GenerationObservation(attack.labels[1], scores, None, epsilon, delta, text=text, score=score,
+                                         noisy_vector=m)
+        d = np.linalg.norm(pts - e[None, :], axis=1)
+        label = attack.labels[0] if d[0] < d[1] else attack.labels[1]
+        scores = None if m is None else -np.linalg.norm(pts - m[None, :], axis=1)  # margin = d0 - d1
+        return GenerationObservation(label, scores, None, epsilon, delta, text=text, noisy_vector=m)
+
+
+def _split_privacy(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    p = dict(params or {})
+    priv = {k: p.pop(k) for k in PRIVACY_KEYS if k in p}
+    return priv, p
+
+
+class GenerationMechanismTarget:
+    """A generation mechanism in this process. ``params``: epsilon, delta, adjacency and the
+    mechanism's own parameters (partitions, candidates, ...)."""
+
+    task = "generation"
+
+    def __init__(self, lm: Any, embedder: Any, mechanism: str = "esa", params: Mapping[str, Any] | None = None,
+                 template: Mapping[str, Any] | None = None, max_tokens: int = 24,
+                 decider: SignalDecider | None = None) -> None:
+        from app.mechanisms.generation import get_generation_mechanism
+
+        self.lm = lm
+        self.embedder = embedder
+        self.mechanism = get_generation_mechanism(mechanism)
+        self.params = dict(params or {})
+        self.privacy_params, self.mech_params = _split_privacy(self.params)
+        self.template = dict(template or {})
+        self.max_tokens = int(max_tokens)
+        self.decider = decider or SignalDecider(embedder)
+        self.white_box = self.mechanism.name == "esa"
+        self.name = f"in-process:{self.mechanism.name}"
+        self.calls = 0
+
+    def request(self, context: Sequence[Exemplar], attack: GenerationAttack):
+        from app.mechanisms.generation import GenerationRequest
+
+        pp = self.privacy_params
+        return GenerationRequest.build(
+            list(context), attack.query, epsilon=pp.get("epsilon") if self.mechanism.is_private else None,
+            delta=pp.get("delta", 1e-5), adjacency=pp.get("adjacency", "replace-one"), max_tokens=self.max_tokens,
+            template=attack.template(self.template), params=self.mech_params)
+
+    def _run(self, context, attack, rng):
+        from app.mechanisms.generation import generate
+
+        self.calls += 1
+        return generate(self.mechanism.name, self.request(context, attack), self.lm, self.embedder, rng)
+
+    def observe(self, context, attack: GenerationAttack, rng) -> GenerationObservation:
+        res = self._run(context, attack, rng)
+        return self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
+                                    res.privacy.get("epsilon"), res.privacy.get("delta"))
+
+    def clean_votes(self, context, attack: GenerationAttack, rng) -> CleanDraw:
+        """One call with its noise discarded: the clean mean and the public candidates."""
+        if not self.white_box:
+            raise ValueError(f"the bootstrap re-applies ESA's Gaussian noise: {self.mechanism.name} has no clean mean")
+        res = self._run(context, attack, rng)
+        cands = self.decider.embed(list(res.internals["candidates"]))
+        return CleanDraw(np.asarray(res.internals["clean_mean"], dtype=float), cands, float(res.internals["sigma"]))
+
+    def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
+        if not self.mechanism.is_private:
+            return None, None
+        from app.mechanisms.generation import GenerationRequest
+
+        pp = self.privacy_params
+        req = GenerationRequest.build([("x", "y")] * max(1, n_exemplars), "q", epsilon=pp.get("epsilon"),
+                                      delta=pp.get("delta", 1e-5), adjacency=pp.get("adjacency", "replace-one"),
+                                      max_tokens=self.max_tokens, params=self.mech_params)
+        c = self.mechanism.cost(req)
+        return c.get("epsilon"), c.get("delta")
+
+    def partitions(self, n_exemplars: int) -> int | None:
+        p = self.mech_params
+        return int(p["partitions"]) if p.get("partitions") else None
+
+    def prompts_per_call(self, n_exemplars: int) -> int | None:
+        """Model prompts one answer costs (ESA: partitions + zero-shot candidates)."""
+        t = self.partitions(n_exemplars)
+        if self.mechanism.name == "esa":
+            from app.mechanisms import esa
+
+            return (t or esa.DEFAULT_PARTITIONS) + int(self.mech_params.get("candidates", esa.DEFAULT_CANDIDATES))
+        return t
+
+
+@dataclass
+class RemoteGenerationTarget:
+    """A dpicl gateway's ``/v1/private/generate``. Each distinct context is registered once as a
+    generation dataset (admin scope). ``white_box`` asks for internals (the 'internals' scope)."""
+
+    base_url: str
+    embedder: Any
+    mechanism: str = "esa"
+    params: dict[str, Any] = field(default_factory=dict)
+    template: dict[str, Any] = field(default_factory=dict)
+    api_key: str | None = None
+    white_box: bool = False
+    seeded: bool = False
+    max_tokens: int = 24
+    budget_epsilon: float = 1e6
+    budget_delta: float = 0.5
+    timeout: float = 600.0
+    client: Any = None
+    datasets: dict[str, str] = field(default_factory=dict)
+    last_privacy: dict[str, Any] | None = None
+    task = "generation"
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self.client = httpx.Client(base_url=self.base_url.rstrip("/"), headers=headers, timeout=self.timeout)
+        self.decider = SignalDecider(self.embedder)
+        self.name = f"remote:{self.base_url}"
+        self.calls = 0
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _check(self, r, what: str) -> dict[str, Any]:
+        if r.status_code >= 400:
+            try:
+                err = r.json()["error"]
+                msg = f"{err.get('message')} (param {err.get('param')})"
+            except Exception:
+                msg = r.text[:300]
+            raise RuntimeError(f"{what}: HTTP {r.status_code}: {msg}")
+        return r.json()
+
+    def dataset_for(self, context: Sequence[Exemplar], attack: GenerationAttack) -> str:
+        tmpl = {k: v for k, v in attack.template(self.template).items()
+                if k in ("instruction", "input_prefix", "output_prefix")}
+        budget: dict[str, Any] = {"epsilon": self.budget_epsilon, "delta": self.budget_delta}
+        if self.params.get("adjacency"):
+            budget["adjacency"] = self.params["adjacency"]
+        body = {"name": "canary-audit", "task": "generation", "template": tmpl, "budget": budget,
+                "exemplars": [{"input": a, "output": b} for a, b in context]}
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        if key not in self.datasets:
+            self.datasets[key] = self._check(self.client.post("/v1/datasets", json=body), "register dataset")["id"]
+        return self.datasets[key]
+
+    def _ask(self, context, attack, rng, internals: bool) -> dict[str, Any]:
+        priv, mech = _split_privacy(self.params)
+        body: dict[str, Any] = {"dataset_id": self.dataset_for(context, attack), "query": attack.query,
+                                "mechanism": self.mechanism, "max_tokens": self.max_tokens,
+                                "return_internals": internals, "params": mech, **priv}
+        if self.seeded:
+            body["seed"] = int(rng.integers(0, 2**62))
+        self.calls += 1
+        out = self._check(self.client.post("/v1/private/generate", json=body), "private generate")
+        self.last_privacy = out.get("privacy")
+        return out
+
+    def observe(self, context, attack: GenerationAttack, rng) -> GenerationObservation:
+        out = self._ask(context, attack, rng, self.white_box)
+        internals = out.get("internals") or {}
+        priv = out.get("privacy") or {}
+        return self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
+                                    priv.get("epsilon"), priv.get("delta"))
+
+    def clean_votes(self, context, attack: GenerationAttack, rng) -> CleanDraw:
+        out = self._ask(context, attack, rng, True)
+        i = out.get("internals") or {}
+        if "clean_mean" not in i:
+            raise RuntimeError("private generate: no clean_mean in internals (mechanism esa and the 'internals' "
+                               "scope are needed for the bootstrap)")
+        return CleanDraw(np.asarray(i["clean_mean"], dtype=float), self.decider.embed(list(i["candidates"])),
+                         float(i["sigma"]))
+
+    def claimed(self, n_exemplars: int) -> tuple[float | None, float | None]:
+        if self.last_privacy:
+            return self.last_privacy.get("epsilon"), self.last_privacy.get("delta")
+        return self.params.get("epsilon"), self.params.get("delta")
+
+    def partitions(self, n_exemplars: int) -> int | None:
+        return int(self.params["partitions"]) if self.params.get("partitions") else None
+
+    def prompts_per_call(self, n_exemplars: int) -> int | None:
+        t = self.partitions(n_exemplars)
+        if self.mechanism == "esa" and t:
+            return t + int(self.params.get("candidates", 20))
+        return t
