@@ -17,7 +17,12 @@ Prompt texts are verbatim from ContextLeak Appendix B (the PDF's line break insi
 audited ``lm`` itself, deciding by scoring the two continuations 'Attack' and 'Safe' through
 the label-scoring path of ``app.icl`` (``score_labels``, the one the classification mechanisms
 use): the judge says 'Attack' iff P(Attack) > P(Safe) renormalised over the two (greedy decoding
-restricted to the two allowed answers).
+restricted to the two allowed answers). ``calibrate`` (default): contextual calibration of the judge
+(Zhao et al. 2021, as ``app.icl.score_labels``: the same judge prompt with the content-free outputs
+"N/A", "" and "[MASK]", averaged; one batched call of four prompts). Measured with the bundled
+SmolLM2-135M-Instruct: uncalibrated, the judge answers 'Attack' to everything through the chat
+template (P ~ 0.97) and 'Safe' to everything as raw text (P ~ 0.004), a constant; calibrated (chat),
+it puts a verbatim exemplar at P(Attack) 0.57-0.63 and a bare label at 0.40-0.46.
 
 Refusal of a classification release: :data:`REFUSAL_LABEL` (``"None"``: L1/L2 tell the model
 to "replace your answer with None"). It is never one of the attack's labels, so a black-box
@@ -105,12 +110,20 @@ def _render_judge(lm: Any, text: str, chat: bool | None) -> tuple[str, str]:
     return f"{text}\nAnswer:", " "
 
 
-def judge_says_attack(lm: Any, system_prompt: str, output: str, *, chat: bool | None = None) -> tuple[bool, float]:
-    """L3 (ContextLeak App. B): (the judge says 'Attack', P(Attack) renormalised over {Attack, Safe}).
-    One label-scoring call of ``lm`` (``app.icl.score_labels``, two continuations)."""
-    from app.icl import PromptTemplate, score_labels
+def judge_says_attack(lm: Any, system_prompt: str, output: str, *, chat: bool | None = None,
+                      calibrate: bool = True) -> tuple[bool, float]:
+    """L3 (ContextLeak App. B): (the judge says 'Attack', P(Attack) over {Attack, Safe}, calibrated
+    when ``calibrate``). One label-scoring call of ``lm`` (``app.icl.score_labels``, two continuations;
+    with calibration the content-free twins go in the same batch)."""
+    from app.icl import CONTENT_FREE_INPUTS, PromptTemplate, contextual_calibration, score_labels
 
-    prompt, prefix = _render_judge(lm, judge_prompt(system_prompt, output), chat)
-    tpl = PromptTemplate(instruction="", label_prefix=prefix, name="l3-judge")
-    p_attack = float(score_labels(lm, [prompt], JUDGE_ANSWERS, template=tpl).probs[0, 0])
+    outputs = [output, *(CONTENT_FREE_INPUTS if calibrate else ())]
+    rendered = [_render_judge(lm, judge_prompt(system_prompt, o), chat) for o in outputs]
+    tpl = PromptTemplate(instruction="", label_prefix=rendered[0][1], name="l3-judge")
+    probs = score_labels(lm, [r for r, _ in rendered], JUDGE_ANSWERS, template=tpl).probs
+    p = probs[0]
+    if calibrate:  # Zhao et al. 2021: average the content-free distributions, renormalise, divide out
+        cf = probs[1:].mean(axis=0)
+        p = contextual_calibration(p, cf / cf.sum())
+    p_attack = float(p[0])
     return p_attack > 0.5, p_attack

@@ -189,14 +189,16 @@ class MechanismTarget:
     :class:`BrokenVoting` / :class:`BrokenPoE`. ``defence`` (``app.audit.defences``): ``none``/``L0``,
     ``L1``/``L2`` (the defence prompt appended to the instruction every prompt carries, the attack
     query's instruction included) or ``L3`` (L2's prompt plus the LLM judge on every release;
-    'Attack' replaces the released label by ``REFUSAL_LABEL``). ``judge_calls`` counts the judge's
+    'Attack' replaces the released label by ``REFUSAL_LABEL``; ``judge_calibrate``: contextual
+    calibration of the judge, see ``app.audit.defences``). ``judge_calls`` counts the judge's
     model calls (cached per distinct system prompt and output: the judge is deterministic);
     ``refusals`` the releases it replaced."""
 
     white_box = True
 
     def __init__(self, lm: Any, mechanism: str = "rnm", params: Mapping[str, Any] | None = None,
-                 template: Mapping[str, Any] | None = None, bug: Any = None, defence: str | None = None) -> None:
+                 template: Mapping[str, Any] | None = None, bug: Any = None, defence: str | None = None,
+                 judge_calibrate: bool = True) -> None:
         from app.mechanisms import get_mechanism
 
         self.lm = lm
@@ -213,6 +215,7 @@ class MechanismTarget:
         else:
             self.mechanism = base
         self.name = f"in-process:{self.mechanism.name}" + ("" if self.defence == "none" else f"+{self.defence}")
+        self.judge_calibrate = bool(judge_calibrate)
         self.judge_calls = 0
         self.refusals = 0
         self._judged: dict[tuple[str, str], tuple[bool, float]] = {}
@@ -235,7 +238,7 @@ class MechanismTarget:
         sp = system_prompt_of(self.prompt_template(attack), list(context), attack.labels)
         key = (sp, output)
         if key not in self._judged:
-            self._judged[key] = judge_says_attack(self.lm, sp, output)
+            self._judged[key] = judge_says_attack(self.lm, sp, output, calibrate=self.judge_calibrate)
             self.judge_calls += 1
         return self._judged[key]
 
