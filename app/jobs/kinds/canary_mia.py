@@ -36,8 +36,14 @@ class TargetConfig(BaseModel):
     mechanism: str = Field(default="rnm", description="rnm | poe | icl | zero_shot (mechanism and remote)")
     params: dict[str, Any] = Field(default_factory=dict, description="epsilon, delta, partitions, shots_per_partition...")
     model: str | None = Field(default=None, description="a model this worker serves (mechanism targets)")
-    bug: str | dict[str, Any] | None = Field(default=None, description="rnm only: noise_quarter | noise_tenth | "
-                                             "winner_only | {noise_multiplier, winner_only} (to show it is caught)")
+    embedder: str | None = Field(default=None, description="generation: the embedder model (the mechanism's and "
+                                 "the auditor's; default: the first this worker serves)")
+    bug: str | dict[str, Any] | None = Field(default=None, description="rnm, poe: noise_quarter | noise_tenth | "
+                                             "winner_only | {noise_multiplier, winner_only} (to show it is caught; "
+                                             "poe: noise_quarter = lambda x4)")
+    defence: Literal["none", "L0", "L1", "L2", "L3"] = Field(
+        default="none", description="mechanism targets: heuristic defence (ContextLeak 4.1, App. B): L1/L2 system "
+        "prompts, L3 = L2 + LLM judge that refuses on 'Attack' (direct mode only)")
     url: str | None = Field(default=None, description="remote: the gateway's base URL")
     api_key: str | None = Field(default=None, description="remote: admin + infer (+ internals for white-box)")
     white_box: bool = Field(default=False, description="remote: ask for internals")
@@ -79,7 +85,14 @@ class CanaryMIAConfig(BaseModel):
     target: TargetConfig = Field(default_factory=TargetConfig)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
-    query: str | dict[str, Any] = "inquiry"
+    task: Literal["classification", "generation"] = Field(
+        default="classification", description="generation: esa/ksa/clip_softmax/poe/zero_shot/full_context targets, "
+        "answers decided by signal texts (tight-auditing 3.4) or the repeat attack")
+    query: str | dict[str, Any] | None = Field(default=None, description="default: inquiry (classification), "
+                                               "signal_text (generation)")
+    signals: list[str] | None = Field(default=None, min_length=2, max_length=2,
+                                      description="generation: the signal texts [y1, y0]")
+    max_tokens: int = Field(default=24, ge=1, le=256, description="generation: tokens per answer")
     insertion: Literal["contextleak", "paired"] = "paired"
     threat_model: Literal["black-box", "white-box", "both"] = "both"
     mode: Literal["direct", "bootstrap"] = "direct"
@@ -88,7 +101,7 @@ class CanaryMIAConfig(BaseModel):
     n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
     confidence: float = Field(default=0.95, gt=0, lt=1)
     delta: float | None = Field(default=None, ge=0, lt=1, description="default: the target's delta")
-    statistic: Literal["margin", "positive"] = "margin"
+    statistic: Literal["margin", "positive", "reference_vector"] = "margin"
     objective: Literal["epsilon", "mu"] = "epsilon"
     threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
     seed: int | None = Field(default=None, ge=0)
@@ -118,6 +131,33 @@ def _dataset(c: DatasetConfig):
     return ex, labels, heldout, template
 
 
+GENERATION_TEMPLATE = {"instruction": "Summarize the dialogue in one sentence.", "input_prefix": "Dialogue:",
+                       "output_prefix": "Summary:"}
+
+
+def _generation_dataset(c: DatasetConfig):
+    """(train exemplars, held-out exemplars, template): the config's, or the bundled dialogue set."""
+    import json
+    from pathlib import Path
+
+    template = {**GENERATION_TEMPLATE, **(c.template or {})}
+    if c.exemplars is not None:
+        ex = [(e["input"], e["output"]) for e in c.exemplars]
+        heldout = [(e["input"], e["output"]) for e in (c.heldout or [])]
+    else:
+        name = c.bundled or "gen_dialogsum"
+        path = Path(__file__).resolve().parents[2] / "icl" / "data" / f"{name}.jsonl"
+        if name != "gen_dialogsum" or not path.exists():
+            raise JobConfigError(f"unknown bundled generation set {name!r}; use gen_dialogsum",
+                                 param="config.dataset.bundled")
+        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        ex = [(r["input"], r["output"]) for r in rows if r["split"] == "train"]
+        heldout = [(r["input"], r["output"]) for r in rows if r["split"] == "test"]
+    if len(ex) < c.size:
+        raise JobConfigError(f"the dataset has {len(ex)} exemplars, fewer than size {c.size}", param="config.dataset.size")
+    return ex, heldout, template
+
+
 def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
     counts = {lab: 0 for lab in labels}
     for _, lab in exemplars:
@@ -139,8 +179,14 @@ class CanaryMIAKind(JobKind):
     def check(self, config: CanaryMIAConfig, settings) -> None:
         from app.audit.queries import get_strategy
 
+        if config.task == "generation":
+            self._check_generation(config)
+            return
+        if config.statistic == "reference_vector":
+            raise JobConfigError("reference_vector needs a noisy mean embedding: task generation",
+                                 param="config.statistic")
         try:
-            get_strategy(config.query)
+            get_strategy(config.query or "inquiry")
         except (ValueError, TypeError) as exc:
             raise JobConfigError(str(exc), param="config.query") from None
         t = config.target
@@ -151,9 +197,15 @@ class CanaryMIAKind(JobKind):
                 parse_bug(t.bug)
             except ValueError as exc:
                 raise JobConfigError(str(exc), param="config.target.bug") from None
-        if config.mode == "bootstrap" and t.mechanism != "rnm":
-            raise JobConfigError("bootstrap re-applies private-voting noise: use mechanism rnm",
+        if config.mode == "bootstrap" and t.mechanism not in ("rnm", "poe"):
+            raise JobConfigError("bootstrap re-applies the mechanism's noise: use mechanism rnm or poe",
                                  param="config.target.mechanism")
+        if t.defence not in ("none", "L0"):
+            if t.type != "mechanism":
+                raise JobConfigError("defences wrap in-process mechanism targets only", param="config.target.defence")
+            if t.defence == "L3" and config.mode == "bootstrap":
+                raise JobConfigError("the L3 judge filters each release after the noise; use mode direct",
+                                     param="config.target.defence")
 
     def verdict(self, result: dict[str, Any], claimed_epsilon: float | None, claimed_delta: float | None) -> Verdict | None:
         claim = claimed_epsilon if claimed_epsilon is not None else result.get("epsilon_claimed")
@@ -174,6 +226,8 @@ class CanaryMIAKind(JobKind):
         )
         from app.audit.canaries import Canary
 
+        if config.task == "generation":
+            return self._run_generation(ctx, config)
         rng = np.random.default_rng(config.seed)
         ctx.progress(0.01, "preparing the canary and the context")
         all_ex, labels, heldout, template = _dataset(config.dataset)
@@ -195,11 +249,11 @@ class CanaryMIAKind(JobKind):
             else:
                 canary = make_canary(c.type, rng, label=label, dataset_texts=[a for a, _ in all_ex],
                                      heldout=heldout, tokenizer=lm)
-            attack = resolve_query(config.query, canary, labels, exemplars, template)
+            attack = resolve_query(config.query or "inquiry", canary, labels, exemplars, template)
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.canary") from None
         if t.type == "mechanism":
-            target = MechanismTarget(lm, t.mechanism, t.params, template, bug=t.bug)
+            target = MechanismTarget(lm, t.mechanism, t.params, template, bug=t.bug, defence=t.defence)
         elif t.type == "remote":
             target = RemoteTarget(t.url, t.mechanism, dict(t.params), template, api_key=t.api_key,
                                   white_box=t.white_box, seeded=t.seeded)
@@ -224,7 +278,7 @@ class CanaryMIAKind(JobKind):
                             threshold_fraction=config.threshold_fraction, objective=config.objective,
                             statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample)
         try:
-            res = run_campaign(target, exemplars, canary, config.query, task_labels=labels, template=template,
+            res = run_campaign(target, exemplars, canary, config.query or "inquiry", task_labels=labels, template=template,
                                config=cc, rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
         except RuntimeError as exc:  # the remote gateway refused
             raise JobError(str(exc), code="target_error") from None
@@ -238,6 +292,111 @@ class CanaryMIAKind(JobKind):
         out["summary"] = summary(res)
         out["exemplar_count"] = len(exemplars)
         out["epsilon_theory"] = res.epsilon_claimed
+        if isinstance(target, MechanismTarget) and target.defence != "none":
+            out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,
+                              "refusals": target.refusals}
+        self._artifacts(ctx, res, out)
+        ctx.progress(1.0, "done")
+        return out
+
+    # -- generation targets ---------------------------------------------------------------------
+
+    def _check_generation(self, config: CanaryMIAConfig) -> None:
+        from app.audit.gen_queries import get_generation_strategy
+        from app.mechanisms.errors import UnknownMechanismError
+        from app.mechanisms.generation import get_generation_mechanism
+
+        try:
+            get_generation_strategy(config.query or "signal_text")
+        except (ValueError, TypeError) as exc:
+            raise JobConfigError(str(exc), param="config.query") from None
+        t = config.target
+        if t.type == "simulated":
+            raise JobConfigError("simulated targets vote: use task classification", param="config.target.type")
+        try:
+            mech = get_generation_mechanism(t.mechanism)
+        except UnknownMechanismError as exc:
+            raise JobConfigError(exc.message, param="config.target.mechanism") from None
+        if t.bug is not None:
+            raise JobConfigError("bugs are implemented for classification rnm/poe", param="config.target.bug")
+        if t.defence not in ("none", "L0"):
+            raise JobConfigError("defences wrap classification targets", param="config.target.defence")
+        if config.mode == "bootstrap" and mech.name != "esa":
+            raise JobConfigError("the generation bootstrap re-applies ESA's Gaussian noise: use mechanism esa",
+                                 param="config.target.mechanism")
+        if config.statistic == "positive":
+            raise JobConfigError("generation statistics: margin (signal distances) or reference_vector",
+                                 param="config.statistic")
+        if config.signals is not None and config.signals[0] == config.signals[1]:
+            raise JobConfigError("the two signal texts must differ", param="config.signals")
+
+    def _run_generation(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
+        from app.audit import CampaignConfig, make_canary, run_campaign, summary
+        from app.audit.canaries import Canary
+        from app.audit.gen_targets import GenerationMechanismTarget, RemoteGenerationTarget
+
+        rng = np.random.default_rng(config.seed)
+        ctx.progress(0.01, "preparing the canary and the context")
+        all_ex, heldout, template = _generation_dataset(config.dataset)
+        pick = rng.choice(len(all_ex), size=config.dataset.size, replace=False)
+        exemplars = [all_ex[int(i)] for i in sorted(pick)]
+        t = config.target
+        try:
+            embedder = ctx.runtime.get_model(t.embedder, "embedder")
+        except KeyError:
+            raise JobError(f"embedder {t.embedder!r} is not served by this worker", code="invalid_config",
+                           param="config.target.embedder") from None
+        lm = None
+        if t.type == "mechanism":
+            try:
+                lm = ctx.runtime.get_model(t.model, "lm")
+            except KeyError:
+                raise JobError(f"model {t.model!r} is not served by this worker", code="invalid_config",
+                               param="config.target.model") from None
+        c = config.canary
+        try:
+            if c.text is not None:
+                canary = Canary(c.type, c.text, c.label or c.text)
+            else:
+                canary = make_canary(c.type, rng, label="-", dataset_texts=[a for a, _ in all_ex], heldout=heldout,
+                                     tokenizer=lm)
+                if c.type != "heldout":  # a generation record: the canary is its own output unless given one
+                    canary = Canary(canary.kind, canary.text, c.label or canary.text)
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.canary") from None
+        if t.type == "mechanism":
+            target = GenerationMechanismTarget(lm, embedder, t.mechanism, t.params, template, config.max_tokens)
+        else:
+            target = RemoteGenerationTarget(t.url, embedder, t.mechanism, dict(t.params), template,
+                                            api_key=t.api_key, white_box=t.white_box, seeded=t.seeded,
+                                            max_tokens=config.max_tokens)
+        tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
+        if not target.white_box:
+            tm = tuple(x for x in tm if x == "black-box") or tm
+        cc = CampaignConfig(trials=config.trials, insertion=config.insertion, threat_models=tm, mode=config.mode,
+                            confidence=config.confidence, delta=config.delta,
+                            threshold_fraction=config.threshold_fraction, objective=config.objective,
+                            statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample,
+                            signals=None if config.signals is None else tuple(config.signals))
+        try:
+            res = run_campaign(target, exemplars, canary, config.query or "signal_text", task_labels=[],
+                               template=template, config=cc, rng=rng,
+                               progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
+        except RuntimeError as exc:  # the remote gateway refused
+            raise JobError(str(exc), code="target_error") from None
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config") from None
+        finally:
+            if isinstance(target, RemoteGenerationTarget):
+                target.close()
+        ctx.progress(0.92, "writing artifacts")
+        out = res.to_dict()
+        out["trials_total"] = len(res.trials)
+        out["trials"] = res.trials[:200]
+        out["summary"] = summary(res)
+        out["exemplar_count"] = len(exemplars)
+        out["epsilon_theory"] = res.epsilon_claimed
+        out["target_calls"] = target.calls
         self._artifacts(ctx, res, out)
         ctx.progress(1.0, "done")
         return out
