@@ -31,6 +31,15 @@ from app.audit.estimates import (
     select_threshold,
     white_box_estimates,
 )
+from app.audit.gen_bootstrap import esa_bootstrap
+from app.audit.gen_queries import (
+    GENERATION_STRATEGIES,
+    SIGNAL_PAIRS,
+    GenerationAttack,
+    GenerationStrategy,
+    resolve_generation_query,
+)
+from app.audit.gen_targets import GenerationMechanismTarget, RemoteGenerationTarget, SignalDecider
 from app.audit.insertion import INSERTIONS, paired_contexts, plan_trials, replace_one
 from app.audit.noise import BUGS, VotingNoise, gaussian_voting_noise, poe_noise, rnm_noise
 from app.audit.queries import (
@@ -57,4 +66,6 @@ __all__ = [
     "bootstrap_audit", "estimates_from_counts", "estimates_from_guesses", "gaussian_voting_noise", "get_strategy",
     "make_canary", "margin_statistic", "paired_contexts", "plan_trials", "replace_one", "resolve_query", "rnm_noise",
     "run_campaign", "select_threshold", "summary", "white_box_estimates",
+    "GENERATION_STRATEGIES", "SIGNAL_PAIRS", "GenerationAttack", "GenerationMechanismTarget", "GenerationStrategy",
+    "RemoteGenerationTarget", "SignalDecider", "esa_bootstrap", "resolve_generation_query",
 ]

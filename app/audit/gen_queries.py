@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.audit.canaries import Canary
+from app.audit.queries import AttackQuery
 
 # Tight-auditing paper, Appendix C, Table 3: (y1, y0, L2 distance of their embeddings in the paper).
 SIGNAL_PAIRS: tuple[tuple[str, str, float], ...] = (
@@ -121,41 +122,18 @@ GENERATION_STRATEGIES: dict[str, GenerationStrategy] = {
 
 
 @dataclass(frozen=True)
-class GenerationAttack:
+class GenerationAttack(AttackQuery):
     """A generation strategy resolved for one canary. ``labels`` = (y1, y0) for ``signal``
     decisions, so that the campaign's positive/negative bookkeeping is the classification one;
     for ``similarity``, ``reference`` is the text a copy is measured against."""
 
-    strategy: str
-    query: str
-    decision: str
-    labels: tuple[str, ...]
-    positive: str
-    negative: str | None
-    instruction: str | None
-    canary: Canary
+    decision: str = "signal"
     reference: str | None = None  # similarity: the canary's second half
 
     task = "generation"
 
-    @property
-    def positive_index(self) -> int:
-        return self.labels.index(self.positive)
-
-    @property
-    def negative_index(self) -> int | None:
-        return None if self.negative is None else self.labels.index(self.negative)
-
-    def template(self, base: Mapping[str, Any]) -> dict[str, Any]:
-        t = dict(base)
-        if self.instruction is not None:
-            t["instruction"] = self.instruction
-        return t
-
     def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "query": self.query, "decision": self.decision,
-                "labels": list(self.labels), "positive": self.positive, "negative": self.negative,
-                "instruction": self.instruction, "reference": self.reference, "canary": self.canary.to_dict()}
+        return {**super().to_dict(), "decision": self.decision, "reference": self.reference}
 
 
 def get_generation_strategy(strategy: str | GenerationStrategy | Mapping[str, Any]) -> GenerationStrategy:
@@ -191,9 +169,9 @@ def resolve_generation_query(
             raise ValueError("the repeat attack needs a canary of at least two characters")
         q = s.query.format(canary=canary.text, prefix=prefix, y1="", y0="")
         # labels: the canary's completion vs anything else; decided by a threshold on the score.
-        return GenerationAttack(s.name, q, s.decision, (rest, "<other>"), rest, "<other>", s.instruction, canary, rest)
+        return GenerationAttack(s.name, q, (rest, "<other>"), rest, "<other>", s.instruction, canary, s.decision, rest)
     y1, y0 = tuple(s.signals or signals or DEFAULT_SIGNALS)
     if y1 == y0:
         raise ValueError("the signal texts y1 and y0 must differ")
     q = s.query.format(canary=canary.text, y1=y1, y0=y0, prefix="")
-    return GenerationAttack(s.name, q, s.decision, (y1, y0), y1, y0, s.instruction, canary)
+    return GenerationAttack(s.name, q, (y1, y0), y1, y0, s.instruction, canary, s.decision)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from app.audit.gen_queries import GenerationAttack
-from app.audit.targets import Observation
+from app.audit.targets import Observation, gateway_client, gateway_json
 
 Exemplar = tuple[str, str]
 PRIVACY_KEYS = ("epsilon", "delta", "adjacency")
@@ -192,10 +192,7 @@ class RemoteGenerationTarget:
 
     def __post_init__(self) -> None:
         if self.client is None:
-            import httpx
-
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self.client = httpx.Client(base_url=self.base_url.rstrip("/"), headers=headers, timeout=self.timeout)
+            self.client = gateway_client(self.base_url, self.api_key, self.timeout)
         self.decider = SignalDecider(self.embedder)
         self.name = f"remote:{self.base_url}"
         self.calls = 0
@@ -204,14 +201,7 @@ class RemoteGenerationTarget:
         self.client.close()
 
     def _check(self, r, what: str) -> dict[str, Any]:
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                msg = f"{err.get('message')} (param {err.get('param')})"
-            except Exception:
-                msg = r.text[:300]
-            raise RuntimeError(f"{what}: HTTP {r.status_code}: {msg}")
-        return r.json()
+        return gateway_json(r, what)
 
     def dataset_for(self, context: Sequence[Exemplar], attack: GenerationAttack) -> str:
         tmpl = {k: v for k, v in attack.template(self.template).items()

@@ -327,6 +327,26 @@ class SimulatedVotingTarget:
 # ---------------------------------------------------------------------------
 
 
+def gateway_client(base_url: str, api_key: str | None, timeout: float):
+    """An httpx client for a dpicl gateway (bearer key when given)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+
+def gateway_json(r, what: str) -> dict[str, Any]:
+    """The JSON body, or RuntimeError naming the gateway's error message and field."""
+    if r.status_code >= 400:
+        try:
+            err = r.json()["error"]
+            msg = f"{err.get('message')} (param {err.get('param')})"
+        except Exception:
+            msg = r.text[:300]
+        raise RuntimeError(f"{what}: HTTP {r.status_code}: {msg}")
+    return r.json()
+
+
 @dataclass
 class RemoteTarget:
     """A dpicl gateway: ``POST /v1/datasets`` (admin scope) per distinct context, then
@@ -351,24 +371,14 @@ class RemoteTarget:
 
     def __post_init__(self) -> None:
         if self.client is None:
-            import httpx
-
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self.client = httpx.Client(base_url=self.base_url.rstrip("/"), headers=headers, timeout=self.timeout)
+            self.client = gateway_client(self.base_url, self.api_key, self.timeout)
         self.name = f"remote:{self.base_url}"
 
     def close(self) -> None:
         self.client.close()
 
     def _check(self, r, what: str) -> dict[str, Any]:
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-                msg = f"{err.get('message')} (param {err.get('param')})"
-            except Exception:
-                msg = r.text[:300]
-            raise RuntimeError(f"{what}: HTTP {r.status_code}: {msg}")
-        return r.json()
+        return gateway_json(r, what)
 
     def dataset_for(self, context: Sequence[Exemplar], attack: AttackQuery) -> str:
         tmpl = {k: v for k, v in attack.template(self.template).items()

@@ -158,6 +158,20 @@ def _generation_dataset(c: DatasetConfig):
     return ex, heldout, template
 
 
+def _served(ctx: JobContext, name: str | None, kind: str, param: str):
+    try:
+        return ctx.runtime.get_model(name, kind)
+    except KeyError:
+        what = "model" if kind == "lm" else kind
+        raise JobError(f"{what} {name!r} is not served by this worker", code="invalid_config", param=param) from None
+
+
+def _pick(rng: np.random.Generator, exemplars: list[tuple[str, str]], size: int) -> list[tuple[str, str]]:
+    """``size`` exemplars drawn without replacement (the audited context), in dataset order."""
+    pick = rng.choice(len(exemplars), size=size, replace=False)
+    return [exemplars[int(i)] for i in sorted(pick)]
+
+
 def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
     counts = {lab: 0 for lab in labels}
     for _, lab in exemplars:
@@ -214,15 +228,12 @@ class CanaryMIAKind(JobKind):
 
     def run(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
         from app.audit import (
-            CampaignConfig,
             MechanismTarget,
             RemoteTarget,
             SimulatedVotingTarget,
             make_canary,
             resolve_query,
             rnm_noise,
-            run_campaign,
-            summary,
         )
         from app.audit.canaries import Canary
 
@@ -231,16 +242,9 @@ class CanaryMIAKind(JobKind):
         rng = np.random.default_rng(config.seed)
         ctx.progress(0.01, "preparing the canary and the context")
         all_ex, labels, heldout, template = _dataset(config.dataset)
-        pick = rng.choice(len(all_ex), size=config.dataset.size, replace=False)
-        exemplars = [all_ex[int(i)] for i in sorted(pick)]
+        exemplars = _pick(rng, all_ex, config.dataset.size)
         t = config.target
-        lm = None
-        if t.type == "mechanism":
-            try:
-                lm = ctx.runtime.get_model(t.model, "lm")
-            except KeyError:
-                raise JobError(f"model {t.model!r} is not served by this worker", code="invalid_config",
-                               param="config.target.model") from None
+        lm = _served(ctx, t.model, "lm", "config.target.model") if t.type == "mechanism" else None
         c = config.canary
         label = c.label or _rarest_label(labels, exemplars)
         try:
@@ -270,34 +274,11 @@ class CanaryMIAKind(JobKind):
                 vw[attack.positive_index], vw[other] = 1, parts - 1
                 vo[other] = parts
             target = SimulatedVotingTarget(vw, vo, noise)
-        tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
-        if not target.white_box:
-            tm = tuple(x for x in tm if x == "black-box") or tm
-        cc = CampaignConfig(trials=config.trials, insertion=config.insertion, threat_models=tm, mode=config.mode,
-                            confidence=config.confidence, delta=config.delta,
-                            threshold_fraction=config.threshold_fraction, objective=config.objective,
-                            statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample)
-        try:
-            res = run_campaign(target, exemplars, canary, config.query or "inquiry", task_labels=labels, template=template,
-                               config=cc, rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
-        except RuntimeError as exc:  # the remote gateway refused
-            raise JobError(str(exc), code="target_error") from None
-        finally:
-            if isinstance(target, RemoteTarget):
-                target.close()
-        ctx.progress(0.92, "writing artifacts")
-        out = res.to_dict()
-        out["trials_total"] = len(res.trials)
-        out["trials"] = res.trials[:200]  # all of them in trials.csv
-        out["summary"] = summary(res)
-        out["exemplar_count"] = len(exemplars)
-        out["epsilon_theory"] = res.epsilon_claimed
+        out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", labels, template, rng)
         if isinstance(target, MechanismTarget) and target.defence != "none":
             out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,
                               "refusals": target.refusals}
-        self._artifacts(ctx, res, out)
-        ctx.progress(1.0, "done")
-        return out
+        return self._finish(ctx, out)
 
     # -- generation targets ---------------------------------------------------------------------
 
@@ -331,28 +312,17 @@ class CanaryMIAKind(JobKind):
             raise JobConfigError("the two signal texts must differ", param="config.signals")
 
     def _run_generation(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
-        from app.audit import CampaignConfig, make_canary, run_campaign, summary
+        from app.audit import make_canary
         from app.audit.canaries import Canary
         from app.audit.gen_targets import GenerationMechanismTarget, RemoteGenerationTarget
 
         rng = np.random.default_rng(config.seed)
         ctx.progress(0.01, "preparing the canary and the context")
         all_ex, heldout, template = _generation_dataset(config.dataset)
-        pick = rng.choice(len(all_ex), size=config.dataset.size, replace=False)
-        exemplars = [all_ex[int(i)] for i in sorted(pick)]
+        exemplars = _pick(rng, all_ex, config.dataset.size)
         t = config.target
-        try:
-            embedder = ctx.runtime.get_model(t.embedder, "embedder")
-        except KeyError:
-            raise JobError(f"embedder {t.embedder!r} is not served by this worker", code="invalid_config",
-                           param="config.target.embedder") from None
-        lm = None
-        if t.type == "mechanism":
-            try:
-                lm = ctx.runtime.get_model(t.model, "lm")
-            except KeyError:
-                raise JobError(f"model {t.model!r} is not served by this worker", code="invalid_config",
-                               param="config.target.model") from None
+        embedder = _served(ctx, t.embedder, "embedder", "config.target.embedder")
+        lm = _served(ctx, t.model, "lm", "config.target.model") if t.type == "mechanism" else None
         c = config.canary
         try:
             if c.text is not None:
@@ -370,6 +340,18 @@ class CanaryMIAKind(JobKind):
             target = RemoteGenerationTarget(t.url, embedder, t.mechanism, dict(t.params), template,
                                             api_key=t.api_key, white_box=t.white_box, seeded=t.seeded,
                                             max_tokens=config.max_tokens)
+        out = self._campaign(ctx, config, target, exemplars, canary, config.query or "signal_text", [], template, rng)
+        out["target_calls"] = target.calls
+        return self._finish(ctx, out)
+
+    # -- shared -----------------------------------------------------------------------------------
+
+    def _campaign(self, ctx: JobContext, config: CanaryMIAConfig, target, exemplars, canary, query, labels,
+                  template, rng) -> dict[str, Any]:
+        """Run the campaign (closing a remote target's client) and shape the result; the artifacts
+        are written by :meth:`_finish`."""
+        from app.audit import CampaignConfig, run_campaign, summary
+
         tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
         if not target.white_box:
             tm = tuple(x for x in tm if x == "black-box") or tm
@@ -379,25 +361,27 @@ class CanaryMIAKind(JobKind):
                             statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample,
                             signals=None if config.signals is None else tuple(config.signals))
         try:
-            res = run_campaign(target, exemplars, canary, config.query or "signal_text", task_labels=[],
-                               template=template, config=cc, rng=rng,
-                               progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
+            res = run_campaign(target, exemplars, canary, query, task_labels=labels, template=template, config=cc,
+                               rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
         except RuntimeError as exc:  # the remote gateway refused
             raise JobError(str(exc), code="target_error") from None
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config") from None
         finally:
-            if isinstance(target, RemoteGenerationTarget):
+            if hasattr(target, "close"):
                 target.close()
-        ctx.progress(0.92, "writing artifacts")
         out = res.to_dict()
         out["trials_total"] = len(res.trials)
-        out["trials"] = res.trials[:200]
+        out["trials"] = res.trials[:200]  # all of them in trials.csv
         out["summary"] = summary(res)
         out["exemplar_count"] = len(exemplars)
         out["epsilon_theory"] = res.epsilon_claimed
-        out["target_calls"] = target.calls
-        self._artifacts(ctx, res, out)
+        out["_campaign"] = res
+        return out
+
+    def _finish(self, ctx: JobContext, out: dict[str, Any]) -> dict[str, Any]:
+        ctx.progress(0.92, "writing artifacts")
+        self._artifacts(ctx, out.pop("_campaign"), out)
         ctx.progress(1.0, "done")
         return out
 
