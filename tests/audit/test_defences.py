@@ -150,3 +150,22 @@ def test_poe_bootstrap_config_is_accepted():
     with pytest.raises(JobConfigError) as e:
         kind.check(CanaryMIAConfig(target={"mechanism": "icl"}, mode="bootstrap"), None)
     assert e.value.param == "config.target.mechanism"
+
+
+def test_remote_poe_clean_scores_equal_in_process(live_server, lm):
+    """RemoteTarget bootstraps poe too: the gateway's internals carry clean_scores = lam U, equal to the
+    in-process mechanism's for the same context (experts = every exemplar: no randomness). 2 calls per
+    database."""
+    from app.audit import RemoteTarget
+
+    can, attack = _attack()
+    c1, _ = paired_contexts(EXEMPLARS, can.exemplar(), 0)
+    remote = RemoteTarget(live_server, "poe", {"epsilon": 1.0}, TEMPLATE, white_box=True)
+    try:
+        got = remote.clean_votes(c1, attack, np.random.default_rng(0))
+        noise = remote.noise(len(c1))
+    finally:
+        remote.close()
+    want = MechanismTarget(lm, "poe", {"epsilon": 1.0}, TEMPLATE).clean_votes(c1, attack, np.random.default_rng(0))
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert (noise.kind, noise.scale, noise.epsilon) == ("gumbel", 1.0, 1.0)
