@@ -2,7 +2,7 @@
 
     python benchmarks/bench_gen_audit.py                 # both parts
     python benchmarks/bench_gen_audit.py --part speed    # no model
-    python benchmarks/bench_gen_audit.py --part model --trials 24
+    python benchmarks/bench_gen_audit.py --part model --trials 64 --only full_context:repeat,bootstrap
 
 speed: 400,000 draws per hypothesis of the ESA bootstrap (d = 384, 20 candidates per call,
 16 clean calls per hypothesis), every estimate and the convergence table, against the naive
@@ -78,7 +78,7 @@ def speed() -> dict:
                               "fpr": round(v.fpr, 4)} for k, v in b.estimates.items()}}
 
 
-def model(trials: int, n_llm: int) -> list[dict]:
+def model(trials: int, n_llm: int, only: set[str] | None = None) -> list[dict]:
     import torch
 
     torch.set_num_threads(1)
@@ -101,6 +101,8 @@ def model(trials: int, n_llm: int) -> list[dict]:
             ("full_context", {}, "repeat", "margin"), ("zero_shot", {}, "signal_text", "margin"),
             ("esa", esa, "signal_text", "margin"), ("esa", esa, "signal_text_white_box", "reference_vector")]
     for mech, params, query, stat in runs:
+        if only and f"{mech}:{query}" not in only:
+            continue
         target = GenerationMechanismTarget(lm, emb, mech, params, TEMPLATE, max_tokens=16)
         t = time.perf_counter()
         r = run_campaign(target, ex, canary, query, task_labels=[], template=TEMPLATE,
@@ -111,6 +113,8 @@ def model(trials: int, n_llm: int) -> list[dict]:
             row[tm] = {"tpr": round(e.tpr, 3), "fpr": round(e.fpr, 3), "epsilon_lower": round(e.epsilon_lower, 3)}
         out.append(row)
         print(json.dumps(row), flush=True)
+    if only and "bootstrap" not in only:
+        return out
     target = GenerationMechanismTarget(lm, emb, "esa", esa, TEMPLATE, max_tokens=16)
     t = time.perf_counter()
     r = run_campaign(target, ex, canary, "signal_text", task_labels=[], template=TEMPLATE,
@@ -132,11 +136,12 @@ def main() -> None:
     ap.add_argument("--part", choices=("speed", "model", "both"), default="both")
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--n-llm", type=int, default=4)
+    ap.add_argument("--only", default="", help="comma-separated mechanism:query runs and/or 'bootstrap'")
     a = ap.parse_args()
     if a.part in ("speed", "both"):
         print(json.dumps({"speed": speed()}), flush=True)
     if a.part in ("model", "both"):
-        model(a.trials, a.n_llm)
+        model(a.trials, a.n_llm, {x for x in a.only.split(",") if x} or None)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 embeddings in place of clean vote vectors).
 
 Lines 1-3: ``n_llm`` noise-free calls per hypothesis give clean means c_i (and each call's
-zero-shot candidate embeddings, public). Lines 5-7: resample a call, add ESA's own noise
-N(0, sigma^2 I_d), decide; ``n_sample`` draws per hypothesis.
+zero-shot candidate embeddings, public). Lines 5-7: resample a call's clean mean and,
+independently, a candidate set from all 2 x n_llm calls (the candidates never see the
+context), add ESA's own noise N(0, sigma^2 I_d), decide; ``n_sample`` draws per hypothesis.
 
 Exact low-dimensional sampling. Every statistic depends on the noise z only through
 ||c + z - p||^2 for a few points p (signals, candidates) and through z . v (reference
@@ -64,27 +65,34 @@ def sample_sq_distances(c: np.ndarray, points: np.ndarray, sigma: float, n: int,
     return np.maximum(sq, 0.0), proj
 
 
-def _simulate(draws: Sequence[Any], signals: np.ndarray, decision: str, sigma: float, n: int,
-              rng: np.random.Generator, v: np.ndarray | None) -> dict[str, np.ndarray]:
-    """n draws: resample a clean call (Algorithm 1 line 5), add noise, compute every statistic."""
+def _simulate(draws: Sequence[Any], pool: Sequence[np.ndarray], signals: np.ndarray, decision: str, sigma: float,
+              n: int, rng: np.random.Generator, v: np.ndarray | None) -> dict[str, np.ndarray]:
+    """n draws: resample a clean call (Algorithm 1 line 5) and, independently, a candidate set from
+    the pool of every call (ESA draws its zero-shot candidates without the context, so they are
+    the same distribution under both hypotheses; pairing them with their own call would turn the
+    sampling noise of a few sets into a spurious difference), add noise, compute every statistic."""
     which = rng.integers(0, len(draws), size=n)
+    cset = rng.integers(0, len(pool), size=n)
     out = {"bb": np.empty(n), "wb_margin": np.empty(n), "wb_ref": np.empty(n)}
-    for i in np.unique(which):
-        rows = np.nonzero(which == i)[0]
-        dr = draws[int(i)]
-        pts = np.vstack([signals, dr.candidates])
-        sq, proj = sample_sq_distances(dr.clean_mean, pts, sigma, rows.size, rng, v)
-        dist = np.sqrt(sq)
-        ns = signals.shape[0]
+    ns = signals.shape[0]
+    cand_scores = []
+    for cands in pool:
         if decision == "similarity":
-            out["wb_margin"][rows] = -dist[:, 0]
-            cand_score = -np.linalg.norm(dr.candidates - signals[0][None, :], axis=1)
+            cand_scores.append(-np.linalg.norm(cands - signals[0][None, :], axis=1))
         else:
-            out["wb_margin"][rows] = dist[:, 1] - dist[:, 0]
-            dc = np.linalg.norm(dr.candidates[:, None, :] - signals[None, :, :], axis=2)
-            cand_score = (dc[:, 0] < dc[:, 1]).astype(float)  # the candidate says y1
+            dc = np.linalg.norm(cands[:, None, :] - signals[None, :, :], axis=2)
+            cand_scores.append((dc[:, 0] < dc[:, 1]).astype(float))  # the candidate says y1
+    key = which.astype(np.int64) * len(pool) + cset
+    for k in np.unique(key):
+        rows = np.nonzero(key == k)[0]
+        i, j = divmod(int(k), len(pool))
+        c = draws[i].clean_mean
+        pts = np.vstack([signals, pool[j]])
+        sq, proj = sample_sq_distances(c, pts, sigma, rows.size, rng, v)
+        dist = np.sqrt(sq[:, :ns])
+        out["wb_margin"][rows] = -dist[:, 0] if decision == "similarity" else dist[:, 1] - dist[:, 0]
         chosen = np.argmin(sq[:, ns:], axis=1)  # ESA releases the candidate nearest the noisy mean
-        out["bb"][rows] = cand_score[chosen]
+        out["bb"][rows] = cand_scores[j][chosen]
         out["wb_ref"][rows] = proj if proj is not None else np.nan
     return out
 
@@ -132,8 +140,9 @@ def esa_bootstrap(
              - np.mean([dr.clean_mean for dr in draws_without], axis=0))
         if not np.any(v):
             v = None  # no clean difference at all: the projection carries no signal
-    h_in = _simulate(draws_with, sig, decision, sigma, n_sample, rng, v)
-    h_out = _simulate(draws_without, sig, decision, sigma, n_sample, rng, v)
+    pool = [np.atleast_2d(np.asarray(dr.candidates, dtype=float)) for dr in (*draws_with, *draws_without)]
+    h_in = _simulate(draws_with, pool, sig, decision, sigma, n_sample, rng, v)
+    h_out = _simulate(draws_without, pool, sig, decision, sigma, n_sample, rng, v)
     k = max(1, min(n_sample - 1, int(round(n_sample * threshold_fraction))))
     note = ["bootstrap: ESA's Gaussian noise re-applied to resampled clean means (exact reduction to the span "
             "of the decision points)"]

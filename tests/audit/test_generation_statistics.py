@@ -69,17 +69,25 @@ def test_reduction_is_exact():
 
 @pytest.mark.parametrize("eps", [1.0, 2.0, 4.0])
 def test_reference_vector_is_tight_and_valid_on_the_worst_case_world(eps):
+    """The projection is exactly Gaussian with mu = sensitivity / sigma, so the GDP estimate should
+    reach epsilon_theory. One run's estimate is biased low and spread (the threshold is chosen on
+    half the draws and the mu lower bound is a 95% bound): over 8 seeds at eps 1 it ranged 0.76-0.97
+    (mean 0.92, sd 0.065), so the median of 5 seeded runs is held to 10%; every run's rigorous bound
+    stays below the claim."""
     e1, e0, cands, cw, co = _world()
     sigma = _sigma(eps)
     dw = [CleanDraw(cw, cands, sigma)] * 4
     do = [CleanDraw(co, cands, sigma)] * 4
-    b = esa_bootstrap(dw, do, np.vstack([e1, e0]), "signal", rng=np.random.default_rng(7), n_sample=400_000,
-                      statistic="reference_vector", delta=DELTA, epsilon_theory=eps, objective="mu")
-    wb = b.estimates["white-box"]
-    assert wb.gdp_applicable
-    # The projection is exactly Gaussian with mu = sensitivity / sigma: the estimate is tight.
-    assert wb.epsilon_gdp == pytest.approx(eps, rel=0.10)
-    assert wb.epsilon_lower <= eps and b.estimates["black-box"].epsilon_lower <= eps
+    gdp = []
+    for seed in range(5):
+        b = esa_bootstrap(dw, do, np.vstack([e1, e0]), "signal", rng=np.random.default_rng(seed), n_sample=400_000,
+                          statistic="reference_vector", delta=DELTA, epsilon_theory=eps, objective="mu",
+                          convergence=False)
+        wb = b.estimates["white-box"]
+        assert wb.gdp_applicable
+        assert wb.epsilon_lower <= eps and b.estimates["black-box"].epsilon_lower <= eps
+        gdp.append(wb.epsilon_gdp)
+    assert np.median(gdp) == pytest.approx(eps, rel=0.10), gdp
 
 
 def test_signal_margin_and_black_box_stay_below_theory_and_catch_quartered_noise():
