@@ -158,6 +158,10 @@ def run_campaign(
     if attack.strategy in ("gap", "brainwash") and canary.kind != "heldout":
         notes.append(f"{attack.strategy} is meant for a held-out canary; the {canary.kind} canary's assigned "
                      "label plays the true label")
+    if "white-box" in tms and config.statistic == "positive" and _noise_kind(target, len(ex)) == "gumbel":
+        notes.append("white-box statistic 'positive' reads one Gumbel-noised score, which the claim does not "
+                     "cover (only the argmax is private); a white-box bound above the claim is not by itself a "
+                     "violation here: use 'margin'")
     if config.mode == "bootstrap" and generation:
         res = _gen_bootstrap(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
     elif config.mode == "bootstrap":
@@ -244,6 +248,13 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
         "statistic_with": None if stat is None else stat[members],
         "statistic_without": None if stat is None else stat[~members], "threshold": tau,
     }
+
+
+def _noise_kind(target, n: int) -> str | None:
+    try:
+        return target.noise(n).kind
+    except Exception:
+        return None
 
 
 def _gaussian(target, n: int) -> bool:

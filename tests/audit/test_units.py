@@ -181,3 +181,18 @@ def test_campaign_config_validation():
         CampaignConfig(threat_models=("grey-box",))
     with pytest.raises(ValueError):
         CampaignConfig(statistic="median")
+
+
+def test_positive_statistic_on_gumbel_noise_is_flagged():
+    """One Gumbel-noised score is not covered by the claim (only the argmax is): the result says so."""
+    from app.audit import CampaignConfig, SimulatedVotingTarget, VotingNoise, make_canary, run_campaign
+
+    noise = VotingNoise("gumbel", 1.0, 1.0, 0.0)
+    target = SimulatedVotingTarget([1, 3, 0, 0], [0, 4, 0, 0], noise)
+    canary = make_canary("hex", np.random.default_rng(0), label="a")
+    ex = [(f"text {i}", "b") for i in range(4)]
+    kw = dict(task_labels=["a", "b"], rng=np.random.default_rng(1))
+    flagged = run_campaign(target, ex, canary, "inquiry", config=CampaignConfig(trials=40, statistic="positive"), **kw)
+    assert any("Gumbel" in n for n in flagged.notes)
+    plain = run_campaign(target, ex, canary, "inquiry", config=CampaignConfig(trials=40), **kw)
+    assert not any("Gumbel" in n for n in plain.notes)
