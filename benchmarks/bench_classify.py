@@ -228,20 +228,37 @@ def run_latency(args) -> dict[str, Any]:
     queries = [e.input for e in ds.test[: args.queries]]
     mechs = {"rnm": (get_mechanism("rnm"), {"epsilon": 1.0}), "poe": (get_mechanism("poe"), {"epsilon": 1.0}),
              "icl": (get_mechanism("icl"), {})}
-    out: dict[str, Any] = {}
+    # --label-paths: the HF backend's scoring of single-token labels (``single_token_fast_path``),
+    # each measured interleaved with the others in this process: "two-stage" (the general path),
+    # "one-pass" (one next-token pass per prompt).
+    paths = {"two-stage": False, "one-pass": True}
+    chosen = args.label_paths.split(",") if args.label_paths else [None]
+    out: dict[str, Any] = {"labels_single_token": all(len(lm.tokenize(c)) == 1 for c in
+                                                      ds.template.continuations(ds.labels))}
     for mode in ("cold", "warm"):
-        times: dict[str, list[float]] = {k: [] for k in mechs}
-        for name, (m, p) in mechs.items():  # warm-up
-            m.classify(lm, ex, queries[0], ds.labels, ds.template, p, np.random.default_rng(0))
+        times: dict[tuple, list[float]] = {(path, k): [] for path in chosen for k in mechs}
+        for path in chosen:
+            if path is not None:
+                lm.single_token_fast_path = paths[path]
+            for name, (m, p) in mechs.items():  # warm-up
+                m.classify(lm, ex, queries[0], ds.labels, ds.template, p, np.random.default_rng(0))
         for q in queries:
-            for name, (m, p) in mechs.items():  # interleaved: the machine's load hits all alike
-                if mode == "cold":
-                    lm.clear_prefix_cache()
-                t = time.perf_counter()
-                m.classify(lm, ex, q, ds.labels, ds.template, p, np.random.default_rng(0))
-                times[name].append(time.perf_counter() - t)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        out[mode] = {"median_s": med, "rnm_over_icl": med["rnm"] / med["icl"], "poe_over_icl": med["poe"] / med["icl"]}
+            for path in chosen:
+                if path is not None:
+                    lm.single_token_fast_path = paths[path]
+                for name, (m, p) in mechs.items():  # interleaved: the machine's load hits all alike
+                    if mode == "cold":
+                        lm.clear_prefix_cache()
+                    t = time.perf_counter()
+                    m.classify(lm, ex, q, ds.labels, ds.template, p, np.random.default_rng(0))
+                    times[path, name].append(time.perf_counter() - t)
+        for path in chosen:
+            med = {k: statistics.median(times[path, k]) for k in mechs}
+            res = {"median_s": med, "rnm_over_icl": med["rnm"] / med["icl"], "poe_over_icl": med["poe"] / med["icl"]}
+            if path is None:
+                out[mode] = res
+            else:
+                out.setdefault(mode, {})[path] = res
     return out
 
 
@@ -256,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared machine)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     ap.add_argument("--calibrate", action="store_true", help="contextual calibration (Zhao et al. 2021) everywhere")
+    ap.add_argument("--label-paths", default=None,
+                    help="latency: compare single-token label scoring paths, e.g. 'two-stage,one-pass'")
     args = ap.parse_args(argv)
     global CALIBRATE
     CALIBRATE = args.calibrate

@@ -84,6 +84,11 @@ class HFLanguageModel:
         self.min_prefix_tokens: int = max(1, int(opts.get("min_prefix_tokens", 8)))
         self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", 8192)))
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
+        # Opt-in: continuations of one token each (single-token labels) scored by one next-token pass
+        # per prompt instead of stage 2 over every (prompt, label) pair. The same quantity, but not the
+        # same float32 rounding: it differs from the two-stage path by up to ~2e-5 (the two-stage path
+        # differs from itself by as much between batch shapes); off until that is accepted.
+        self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", False))
         self.stats = ForwardStats()
         self._lock = threading.RLock()
         self._tok_lock = threading.Lock()
@@ -285,10 +290,15 @@ class HFLanguageModel:
 
     def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray:
         """(B, V) float32: log p(next token | prompt_b) over the full vocabulary."""
-        rows = self._encode_prompts(prompts)
-        out = np.empty((len(rows), self._vocab_size), dtype=np.float32)
+        return self._next_token_rows(self._encode_prompts(prompts))
+
+    def _next_token_rows(self, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
+        """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) for those tokens only."""
+        width = self._vocab_size if token_ids is None else len(token_ids)
+        out = np.empty((len(rows), width), dtype=np.float32)
         if not rows:
             return out
+        picked = None if token_ids is None else torch.as_tensor(list(token_ids), device=self.device)
         with self._lock:
             prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1)
             p = len(prefix) if prefix is not None else 0
@@ -299,14 +309,18 @@ class HFLanguageModel:
                 last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
                 h = hidden[torch.arange(len(chunk), device=self.device), last]
                 lp = torch.log_softmax(self._logits(h), dim=-1)
-                out[chunk] = lp.cpu().numpy()
+                out[chunk] = (lp if picked is None else lp[:, picked]).cpu().numpy()
                 self.stats.reused_tokens += p * len(chunk)
                 if len(rows) == 1:
                     self._remember(kv, rows[0])
         return out
 
     def continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
-        """(B, K) float64: ``sum_j log p(c_kj | prompt_b, c_k<j)``, teacher forced, exact."""
+        """(B, K) float64: ``sum_j log p(c_kj | prompt_b, c_k<j)``, teacher forced, exact.
+
+        When every continuation is one token (single-token labels) this is ``log p(c_k | prompt_b)``;
+        with ``single_token_fast_path`` one next-token pass per prompt then gives all K.
+        """
         if isinstance(continuations, str):
             raise TypeError("continuations must be a sequence of strings, not one string")
         conts = [self._encode_plain(c) for c in continuations]
@@ -317,6 +331,8 @@ class HFLanguageModel:
         out = np.zeros((b_count, k_count), dtype=np.float64)
         if b_count == 0 or k_count == 0 or longest_cont == 0:
             return out
+        if self.single_token_fast_path and all(len(c) == 1 for c in conts):
+            return self._next_token_rows(prows, [c[0] for c in conts]).astype(np.float64)
         # Stage 1 caches each prompt but its last token; stage 2 runs
         # [last prompt token] + continuation for every (prompt, continuation) pair.
         stage1 = [r[:-1] for r in prows]
