@@ -49,16 +49,17 @@ CLIPS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 DELTA = 1e-5
 
 
-def load_lm(threads: int):
+def load_lm(threads: int, device: str = "cpu", source: str | None = None):
     import torch
 
     from app.llm import ModelSpec, bundled_specs, load_model
 
     torch.set_num_threads(threads)
     spec = next(s for s in bundled_specs() if s.kind == "lm")
-    spec = ModelSpec(spec.name, spec.kind, spec.source, spec.backend, {**spec.options, "num_threads": threads})
+    spec = ModelSpec(spec.name, spec.kind, source or spec.source, spec.backend,
+                     {**spec.options, "num_threads": threads})
     cache = Path(os.environ.get("DPICL_MODEL_CACHE_DIR", Path.home() / ".cache" / "dpicl" / "models")).expanduser()
-    return load_model(spec, cache_dir=cache, device="cpu", dtype="float32")
+    return load_model(spec, cache_dir=cache, device=device, dtype="float32")
 
 
 CALIBRATE = False  # set from --calibrate
@@ -223,15 +224,17 @@ def run_latency(args) -> dict[str, Any]:
     from app.mechanisms import get_mechanism
 
     ds = load_bundled(args.task)
-    lm = load_lm(args.threads)
+    lm = load_lm(args.threads, args.device, args.source)
     ex = ds.exemplars("train")[:4]
     queries = [e.input for e in ds.test[: args.queries]]
     mechs = {"rnm": (get_mechanism("rnm"), {"epsilon": 1.0}), "poe": (get_mechanism("poe"), {"epsilon": 1.0}),
              "icl": (get_mechanism("icl"), {})}
     # --label-paths: the HF backend's scoring of single-token labels (``single_token_fast_path``),
     # each measured interleaved with the others in this process: "two-stage" (the general path),
-    # "one-pass" (one next-token pass per prompt).
-    paths = {"two-stage": False, "one-pass": True}
+    # "one-pass" (one next-token pass per prompt); "/no-reuse": with ``prefix_reuse`` off (no
+    # separate forward pass for a batch's shared prefix).
+    paths = {"two-stage": (False, True), "one-pass": (True, True),
+             "two-stage/no-reuse": (False, False), "one-pass/no-reuse": (True, False)}
     chosen = args.label_paths.split(",") if args.label_paths else [None]
     out: dict[str, Any] = {"labels_single_token": all(len(lm.tokenize(c)) == 1 for c in
                                                       ds.template.continuations(ds.labels))}
@@ -239,13 +242,13 @@ def run_latency(args) -> dict[str, Any]:
         times: dict[tuple, list[float]] = {(path, k): [] for path in chosen for k in mechs}
         for path in chosen:
             if path is not None:
-                lm.single_token_fast_path = paths[path]
+                lm.single_token_fast_path, lm.prefix_reuse = paths[path]
             for name, (m, p) in mechs.items():  # warm-up
                 m.classify(lm, ex, queries[0], ds.labels, ds.template, p, np.random.default_rng(0))
         for q in queries:
             for path in chosen:
                 if path is not None:
-                    lm.single_token_fast_path = paths[path]
+                    lm.single_token_fast_path, lm.prefix_reuse = paths[path]
                 for name, (m, p) in mechs.items():  # interleaved: the machine's load hits all alike
                     if mode == "cold":
                         lm.clear_prefix_cache()
@@ -274,7 +277,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     ap.add_argument("--calibrate", action="store_true", help="contextual calibration (Zhao et al. 2021) everywhere")
     ap.add_argument("--label-paths", default=None,
-                    help="latency: compare single-token label scoring paths, e.g. 'two-stage,one-pass'")
+                    help="latency: compare label scoring paths: two-stage, one-pass, two-stage/no-reuse, "
+                         "one-pass/no-reuse (comma-separated)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="latency: where the model runs")
+    ap.add_argument("--source", default=None, help="model source instead of the bundled one (e.g. a .gguf path)")
     args = ap.parse_args(argv)
     global CALIBRATE
     CALIBRATE = args.calibrate
