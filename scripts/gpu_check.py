@@ -7,7 +7,7 @@ equals plain calls, continuation scores equal a hand-written token-by-token sum,
 incremental decoding equals re-encoding; and CUDA equals CPU within float32 noise.
 Also times the decode session against re-encoding (s = 50, 40 steps).
 
-    python scripts/gpu_check.py TOKENIZER_DIR OUT.json
+    PYTHONPATH=. python scripts/gpu_check.py TOKENIZER_DIR OUT.json   # from the repository root
 """
 
 from __future__ import annotations
