@@ -8,6 +8,7 @@ DPICL_TEST_SKIP_POSTGRES=1 to run the SQLite half alone on a machine without one
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -151,6 +152,25 @@ def server_settings(database_url: str, **overrides):
     )
     base.update(overrides)
     return load_settings(**base)
+
+
+@contextlib.contextmanager
+def running_app(settings, models: dict | None = None, timeout: float = 60.0):
+    """A real dpicl (uvicorn thread) for these settings; yields an httpx client on its base URL."""
+    import httpx
+
+    from app.api.main import create_app
+    from app.runtime import Runtime
+
+    rt = Runtime.create(settings, models=models)
+    srv = LiveServer(create_app(settings, runtime=rt), free_port())
+    srv.start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=timeout) as c:
+            yield c
+    finally:
+        srv.stop()
+        rt.close()
 
 
 @pytest.fixture(scope="session")

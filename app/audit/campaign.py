@@ -267,14 +267,8 @@ def _gaussian(target, n: int) -> bool:
 
 def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
-    vw, vo = [], []
-    rngs = _child_rngs(rng, 2 * config.n_llm)
-    for i in range(config.n_llm):  # Algorithm 1 lines 2-3
-        vw.append(target.clean_votes(c1, attack, rngs[2 * i]))
-        vo.append(target.clean_votes(c0, attack, rngs[2 * i + 1]))
-        report(0.8 * (i + 1) / config.n_llm, f"clean votes {2 * (i + 1)} of {2 * config.n_llm}")
+    vw, vo = _clean_calls(target, c1, c0, attack, config, rng, report)
     noise = target.noise(len(ex))
-    report(0.85, f"bootstrap: {config.n_sample} simulated trials per hypothesis")
     b = bootstrap_audit(np.array(vw), np.array(vo), noise, attack.positive_index, attack.negative_index, rng=rng,
                         n_sample=config.n_sample, threat_models=tms, confidence=conf, delta=delta,
                         epsilon_theory=eps_theory, threshold_fraction=config.threshold_fraction,
@@ -282,11 +276,27 @@ def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, 
     partitions = _partitions(target, len(ex))
     trials = [{"call": i, "member": i % 2 == 0, "clean_votes": (vw if i % 2 == 0 else vo)[i // 2].tolist()}
               for i in range(2 * config.n_llm)]
+    # tight-auditing 3.5: trials x 2 hypotheses x partitions prompts if every trial ran the model.
+    return _bootstrap_result(b, config, partitions, trials)
+
+
+def _clean_calls(target, c1, c0, attack, config, rng, report) -> tuple[list, list]:
+    """Algorithm 1 lines 1-3: n_llm noise-free calls on C1 and on C0, alternating."""
+    with_, without = [], []
+    rngs = _child_rngs(rng, 2 * config.n_llm)
+    for i in range(config.n_llm):
+        with_.append(target.clean_votes(c1, attack, rngs[2 * i]))
+        without.append(target.clean_votes(c0, attack, rngs[2 * i + 1]))
+        report(0.8 * (i + 1) / config.n_llm, f"clean calls {2 * (i + 1)} of {2 * config.n_llm}")
+    report(0.85, f"bootstrap: {config.n_sample} simulated trials per hypothesis")
+    return with_, without
+
+
+def _bootstrap_result(b: BootstrapResult, config, prompts_per_trial: int | None, trials) -> tuple[dict, dict]:
     wb = b.estimates.get("white-box")
     return b.estimates, {
         "model_calls": 2 * config.n_llm,
-        # tight-auditing 3.5: trials x 2 hypotheses x partitions prompts if every trial ran the model.
-        "naive_model_calls": None if partitions is None else config.n_sample * 2 * partitions,
+        "naive_model_calls": None if prompts_per_trial is None else config.n_sample * 2 * prompts_per_trial,
         "trials": trials, "statistic_with": b.statistic_with, "statistic_without": b.statistic_without,
         "threshold": None if wb is None else wb.threshold, "bootstrap": b, "notes": list(b.assumptions),
     }
@@ -298,27 +308,14 @@ def _gen_bootstrap(target, ex, attack: GenerationAttack, config, rng, report, tm
     from app.audit.gen_bootstrap import esa_bootstrap
 
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
-    dw, do = [], []
-    rngs = _child_rngs(rng, 2 * config.n_llm)
-    for i in range(config.n_llm):
-        dw.append(target.clean_votes(c1, attack, rngs[2 * i]))
-        do.append(target.clean_votes(c0, attack, rngs[2 * i + 1]))
-        report(0.8 * (i + 1) / config.n_llm, f"clean calls {2 * (i + 1)} of {2 * config.n_llm}")
-    report(0.85, f"bootstrap: {config.n_sample} simulated trials per hypothesis")
+    dw, do = _clean_calls(target, c1, c0, attack, config, rng, report)
     statistic = "reference_vector" if config.statistic == "reference_vector" else "margin"
     b = esa_bootstrap(dw, do, target.decider.points(attack), attack.decision, rng=rng, n_sample=config.n_sample,
                       threat_models=tms, statistic=statistic, confidence=conf, delta=delta,
                       epsilon_theory=eps_theory, threshold_fraction=config.threshold_fraction,
                       objective=config.objective)
-    per_call = target.prompts_per_call(len(ex))
     trials = [{"call": i, "member": i % 2 == 0} for i in range(2 * config.n_llm)]
-    wb = b.estimates.get("white-box")
-    return b.estimates, {
-        "model_calls": 2 * config.n_llm,
-        "naive_model_calls": None if per_call is None else config.n_sample * 2 * per_call,
-        "trials": trials, "statistic_with": b.statistic_with, "statistic_without": b.statistic_without,
-        "threshold": None if wb is None else wb.threshold, "bootstrap": b, "notes": list(b.assumptions),
-    }
+    return _bootstrap_result(b, config, target.prompts_per_call(len(ex)), trials)
 
 
 def _partitions(target, n: int) -> int | None:

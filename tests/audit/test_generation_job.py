@@ -3,10 +3,9 @@ bundled SmolLM2 + MiniLM, SQLite and PostgreSQL). Few model calls: an ESA bootst
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from tests.conftest import LiveServer, free_port
+from tests.conftest import running_app
 from tests.jobs.conftest import job_settings, submit, wait_job
 
 ESA = {"type": "mechanism", "mechanism": "esa",
@@ -15,17 +14,8 @@ ESA = {"type": "mechanism", "mechanism": "esa",
 
 @pytest.fixture(scope="module")
 def client(database_url, lm, embedder):
-    from app.api.main import create_app
-    from app.runtime import Runtime
-
-    settings = job_settings(database_url)
-    rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
-    srv = LiveServer(create_app(settings, runtime=rt), free_port())
-    srv.start()
-    with httpx.Client(base_url=srv.url, timeout=60) as c:
+    with running_app(job_settings(database_url), models={lm.name: lm, embedder.name: embedder}) as c:
         yield c
-    srv.stop()
-    rt.close()
 
 
 def test_esa_bootstrap_job(client):

@@ -3,10 +3,9 @@ Simulated-vote targets: no model needed, the statistics are exact enough at thou
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from tests.conftest import LiveServer, free_port
+from tests.conftest import running_app
 from tests.jobs.conftest import job_settings, submit, wait_job
 
 SIM = {"type": "simulated", "params": {"epsilon": 1.0, "delta": 1e-5, "partitions": 4}}
@@ -16,17 +15,8 @@ DATASET = {"exemplars": EXEMPLARS, "labels": ["weather", "music"], "size": 8}
 
 @pytest.fixture(scope="module")
 def client(database_url):
-    from app.api.main import create_app
-    from app.runtime import Runtime
-
-    settings = job_settings(database_url)
-    rt = Runtime.create(settings)
-    srv = LiveServer(create_app(settings, runtime=rt), free_port())
-    srv.start()
-    with httpx.Client(base_url=srv.url, timeout=30) as c:
+    with running_app(job_settings(database_url), timeout=30) as c:
         yield c
-    srv.stop()
-    rt.close()
 
 
 def test_correct_passes_and_broken_is_a_violation(client):

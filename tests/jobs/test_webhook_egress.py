@@ -5,11 +5,10 @@ from __future__ import annotations
 import ipaddress
 import json
 
-import httpx
 import pytest
 
 from app.jobs import egress, webhooks
-from tests.conftest import LiveServer, free_port
+from tests.conftest import running_app
 from tests.jobs.conftest import job_settings, wait_for
 from tests.jobs.test_webhooks import receiver  # noqa: F401 (fixture)
 
@@ -102,17 +101,8 @@ def test_the_lists_parse_from_the_environment(monkeypatch):
 @pytest.fixture(scope="module")
 def strict_client(jobs_db):
     """A live server with the default egress policy (no runner: nothing is ever delivered)."""
-    from app.api.main import create_app
-    from app.runtime import Runtime
-
-    settings = job_settings(jobs_db, webhook_allowed_networks=[], job_runner="none")
-    rt = Runtime.create(settings)
-    srv = LiveServer(create_app(settings, runtime=rt), free_port())
-    srv.start()
-    with httpx.Client(base_url=srv.url, timeout=30) as c:
+    with running_app(job_settings(jobs_db, webhook_allowed_networks=[], job_runner="none"), timeout=30) as c:
         yield c
-    srv.stop()
-    rt.close()
 
 
 @pytest.mark.parametrize(
