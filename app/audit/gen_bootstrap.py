@@ -201,6 +201,19 @@ def esa_bootstrap(
                 row["white_box_epsilon_lower"] = e.epsilon_lower
                 row["white_box_epsilon_gdp"] = e.epsilon_gdp
             conv.append(row)
+    n = min(len(draws_with), len(draws_without))
+    if convergence and n >= 4:
+        # The estimate had only the first m clean calls per hypothesis been made (tight-auditing Fig. 17).
+        for m in sorted({max(2, n // 4), max(2, n // 2)} - {n}):
+            r = esa_bootstrap(draws_with[:m], draws_without[:m], signals, decision, rng=rng,
+                              n_sample=min(n_sample, 100_000), threat_models=threat_models, statistic=statistic,
+                              confidence=confidence, delta=delta, epsilon_theory=epsilon_theory,
+                              threshold_fraction=threshold_fraction, objective=objective, convergence=False)
+            row = {"n_sample": r.n_sample, "n_llm": 2 * m}
+            for tm, e in r.estimates.items():
+                row[f"{tm.replace('-', '_')}_epsilon_lower"] = e.epsilon_lower
+                row[f"{tm.replace('-', '_')}_epsilon_gdp"] = e.epsilon_gdp
+            conv.append(row)
     keep = min(20_000, n_sample)
     return BootstrapResult(
         len(draws_with) + len(draws_without), n_sample, est, conv, time.perf_counter() - t0,

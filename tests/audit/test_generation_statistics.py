@@ -150,3 +150,16 @@ def test_generation_queries_resolve():
         resolve_generation_query("nope", canary)
     with pytest.raises(ValueError, match="differ"):
         resolve_generation_query("signal_text", canary, ("same", "same"))
+
+
+def test_convergence_in_n_sample_and_n_llm():
+    e1, e0, cands, cw, co = _world()
+    sigma = _sigma(2.0)
+    b = esa_bootstrap([CleanDraw(cw, cands, sigma)] * 8, [CleanDraw(co, cands, sigma)] * 8, np.vstack([e1, e0]),
+                      "signal", rng=np.random.default_rng(5), n_sample=64_000, statistic="reference_vector",
+                      delta=DELTA, epsilon_theory=2.0)
+    by_sample = [r for r in b.convergence if r["n_llm"] == 16]
+    assert [r["n_sample"] for r in by_sample] == [1000, 4000, 16000, 64000]
+    assert sorted(r["n_llm"] for r in b.convergence if r["n_llm"] != 16) == [4, 8]
+    # More draws, tighter rigorous bound (same threshold, nested counted prefixes).
+    assert by_sample[-1]["white_box_epsilon_lower"] >= by_sample[0]["white_box_epsilon_lower"]
