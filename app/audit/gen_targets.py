@@ -26,6 +26,7 @@ from app.audit.gen_queries import GenerationAttack
 from app.audit.targets import Observation, gateway_client, gateway_json
 
 Exemplar = tuple[str, str]
+REFUSAL = "None"  # ContextLeak App. B: "replace your answer with None"
 PRIVACY_KEYS = ("epsilon", "delta", "adjacency")
 
 
@@ -93,13 +94,17 @@ def _split_privacy(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 class GenerationMechanismTarget:
     """A generation mechanism in this process. ``params``: epsilon, delta, adjacency and the
-    mechanism's own parameters (partitions, candidates, ...)."""
+    mechanism's own parameters (partitions, candidates, ...). ``defence`` (ContextLeak 4.1, App. B;
+    ``app.audit.defences``): L1/L2 append the defence prompt to the instruction; L3 also asks the
+    LLM judge about each answer and releases the refusal ``"None"`` on 'Attack' (decided as "not a
+    member": the y0 signal, the lowest repeat score)."""
 
     task = "generation"
 
     def __init__(self, lm: Any, embedder: Any, mechanism: str = "esa", params: Mapping[str, Any] | None = None,
                  template: Mapping[str, Any] | None = None, max_tokens: int = 24,
-                 decider: SignalDecider | None = None) -> None:
+                 decider: SignalDecider | None = None, defence: str | None = None) -> None:
+        from app.audit.defences import parse_defence
         from app.mechanisms.generation import get_generation_mechanism
 
         self.lm = lm
@@ -111,8 +116,20 @@ class GenerationMechanismTarget:
         self.max_tokens = int(max_tokens)
         self.decider = decider or SignalDecider(embedder)
         self.white_box = self.mechanism.name == "esa"
-        self.name = f"in-process:{self.mechanism.name}"
+        self.defence = parse_defence(defence)
+        self.name = f"in-process:{self.mechanism.name}" + ("" if self.defence == "none" else f"+{self.defence}")
         self.calls = 0
+        self.judge_calls = 0
+        self.refusals = 0
+
+    def prompt_template(self, attack: GenerationAttack) -> dict[str, Any]:
+        from app.audit.defences import defend_instruction
+        from app.mechanisms.gen_common import PromptTemplate
+
+        t = attack.template(self.template)
+        if self.defence != "none":
+            t["instruction"] = defend_instruction(PromptTemplate.from_any(t).instruction, self.defence)
+        return t
 
     def request(self, context: Sequence[Exemplar], attack: GenerationAttack):
         from app.mechanisms.generation import GenerationRequest
@@ -121,7 +138,7 @@ class GenerationMechanismTarget:
         return GenerationRequest.build(
             list(context), attack.query, epsilon=pp.get("epsilon") if self.mechanism.is_private else None,
             delta=pp.get("delta", 1e-5), adjacency=pp.get("adjacency", "replace-one"), max_tokens=self.max_tokens,
-            template=attack.template(self.template), params=self.mech_params)
+            template=self.prompt_template(attack), params=self.mech_params)
 
     def _run(self, context, attack, rng):
         from app.mechanisms.generation import generate
@@ -131,11 +148,30 @@ class GenerationMechanismTarget:
 
     def observe(self, context, attack: GenerationAttack, rng) -> GenerationObservation:
         res = self._run(context, attack, rng)
-        return self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
-                                    res.privacy.get("epsilon"), res.privacy.get("delta"))
+        obs = self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
+                                   res.privacy.get("epsilon"), res.privacy.get("delta"))
+        if self.defence == "L3" and self._judge(context, attack, res.text):
+            self.refusals += 1
+            # The refusal says nothing: decided "not a member"; white-box internals unchanged.
+            return GenerationObservation(attack.labels[1], obs.noisy_scores, None, obs.epsilon, obs.delta,
+                                         text=REFUSAL, score=None if obs.score is None else -2.0,
+                                         noisy_vector=obs.noisy_vector)
+        return obs
+
+    def _judge(self, context, attack: GenerationAttack, output: str) -> bool:
+        """L3 (ContextLeak App. B): the system prompt (instruction + exemplars) and the answer."""
+        from app.audit.defences import judge_says_attack
+        from app.mechanisms.gen_common import PromptTemplate
+
+        t = PromptTemplate.from_any(self.prompt_template(attack))
+        demos = [f"{t.input_prefix} {a}\n{t.output_prefix} {b}".strip() for a, b in context]
+        self.judge_calls += 1
+        return judge_says_attack(self.lm, "\n\n".join([t.instruction, *demos]), output)[0]
 
     def clean_votes(self, context, attack: GenerationAttack, rng) -> CleanDraw:
         """One call with its noise discarded: the clean mean and the public candidates."""
+        if self.defence == "L3":
+            raise ValueError("the L3 judge filters each answer after the noise; use direct mode")
         if not self.white_box:
             raise ValueError(f"the bootstrap re-applies ESA's Gaussian noise: {self.mechanism.name} has no clean mean")
         res = self._run(context, attack, rng)

@@ -41,6 +41,8 @@ def test_esa_bootstrap_job(client):
     ({"signals": ["same", "same"]}, "config.signals"),
     ({"signals": ["only one"]}, "config.signals"),
     ({"target": {**ESA, "bug": "noise_quarter"}}, "config.target.bug"),
+    ({"target": {**ESA, "defence": "L3"}, "mode": "bootstrap"}, "config.target.defence"),
+    ({"target": {"type": "remote", "url": "http://example.com", "defence": "L1"}}, "config.target.defence"),
 ])
 def test_bad_generation_config_is_a_422_naming_the_field(client, config, param):
     r = client.post("/v1/audits", json={"kind": "canary_mia",

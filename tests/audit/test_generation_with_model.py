@@ -99,3 +99,21 @@ def test_remote_gateway_generation_equals_in_process(live_server, lm, embedder, 
                       rng=np.random.default_rng(5))
     assert [t["released"] for t in rr.trials] == [t["released"] for t in lr.trials]
     np.testing.assert_allclose([t["statistic"] for t in rr.trials], [t["statistic"] for t in lr.trials], rtol=1e-6)
+
+
+def test_defences_on_a_generation_target(lm, embedder, exemplars):
+    """L1 puts ContextLeak's App. B text in the prompt the model sees; L3 asks the judge about every
+    answer and a refusal is decided as "not a member" (the lowest repeat score)."""
+    from app.audit.defences import L1_PROMPT
+    from app.audit.gen_queries import resolve_generation_query
+
+    attack = resolve_generation_query("repeat", _canary())
+    l1 = GenerationMechanismTarget(lm, embedder, "full_context", {}, TEMPLATE, max_tokens=8, defence="L1")
+    assert L1_PROMPT in l1.request(exemplars, attack).template.instruction
+    l3 = GenerationMechanismTarget(lm, embedder, "full_context", {}, TEMPLATE, max_tokens=8, defence="L3")
+    res = run_campaign(l3, exemplars, _canary(), "repeat", task_labels=[], template=TEMPLATE,
+                       config=CampaignConfig(trials=4), rng=np.random.default_rng(3))
+    assert l3.judge_calls == 4 and 0 <= l3.refusals <= 4
+    refused = [t for t in res.trials if t["black_box_score"] == -2.0]
+    assert len(refused) == l3.refusals
+    print("L3 on full_context repeat: refusals", l3.refusals, "of", l3.judge_calls)

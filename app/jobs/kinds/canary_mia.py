@@ -33,7 +33,8 @@ class TargetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["mechanism", "remote", "simulated"] = "mechanism"
-    mechanism: str = Field(default="rnm", description="rnm | poe | icl | zero_shot (mechanism and remote)")
+    mechanism: str | None = Field(default=None, description="classification: rnm (default) | poe | icl | zero_shot; "
+                                  "generation: esa (default) | ksa | clip_softmax | poe | zero_shot | full_context")
     params: dict[str, Any] = Field(default_factory=dict, description="epsilon, delta, partitions, shots_per_partition...")
     model: str | None = Field(default=None, description="a model this worker serves (mechanism targets)")
     embedder: str | None = Field(default=None, description="generation: the embedder model (the mechanism's and "
@@ -105,6 +106,12 @@ class CanaryMIAConfig(BaseModel):
     objective: Literal["epsilon", "mu"] = "epsilon"
     threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
     seed: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _default_mechanism(self) -> CanaryMIAConfig:
+        if self.target.mechanism is None:
+            self.target.mechanism = "esa" if self.task == "generation" else "rnm"
+        return self
 
 
 def _dataset(c: DatasetConfig):
@@ -300,8 +307,11 @@ class CanaryMIAKind(JobKind):
             raise JobConfigError(exc.message, param="config.target.mechanism") from None
         if t.bug is not None:
             raise JobConfigError("bugs are implemented for classification rnm/poe", param="config.target.bug")
-        if t.defence not in ("none", "L0"):
-            raise JobConfigError("defences wrap classification targets", param="config.target.defence")
+        if t.defence not in ("none", "L0") and t.type != "mechanism":
+            raise JobConfigError("defences wrap in-process mechanism targets only", param="config.target.defence")
+        if t.defence == "L3" and config.mode == "bootstrap":
+            raise JobConfigError("the L3 judge filters each answer after the noise; use mode direct",
+                                 param="config.target.defence")
         if config.mode == "bootstrap" and mech.name != "esa":
             raise JobConfigError("the generation bootstrap re-applies ESA's Gaussian noise: use mechanism esa",
                                  param="config.target.mechanism")
@@ -335,13 +345,17 @@ class CanaryMIAKind(JobKind):
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.canary") from None
         if t.type == "mechanism":
-            target = GenerationMechanismTarget(lm, embedder, t.mechanism, t.params, template, config.max_tokens)
+            target = GenerationMechanismTarget(lm, embedder, t.mechanism, t.params, template, config.max_tokens,
+                                               defence=t.defence)
         else:
             target = RemoteGenerationTarget(t.url, embedder, t.mechanism, dict(t.params), template,
                                             api_key=t.api_key, white_box=t.white_box, seeded=t.seeded,
                                             max_tokens=config.max_tokens)
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "signal_text", [], template, rng)
         out["target_calls"] = target.calls
+        if getattr(target, "defence", "none") != "none":
+            out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,
+                              "refusals": target.refusals}
         return self._finish(ctx, out)
 
     # -- shared -----------------------------------------------------------------------------------
