@@ -19,6 +19,8 @@ the first ``--items`` test dialogues. Model calls of ``generate`` are memoised i
 the run (same prompts, same seed -> same answer), so ESA's and KSA's member answers and
 ESA's zero-shot candidates, which do not depend on epsilon, are computed once per item;
 each item uses one noise generator seed for every epsilon (common random numbers).
+``--public-top-k 0,20,100`` runs clip_softmax and poe once per k (0: whole vocabulary),
+reported as ``clip_softmax[k=20]@8``; ``--no-baselines`` skips zero_shot/full_context.
 """
 
 from __future__ import annotations
@@ -189,11 +191,19 @@ def bench_rouge(args) -> dict:
     scores: dict[str, list[float]] = {}
     seconds: dict[str, float] = {}
     examples: dict[str, str] = {}
-    runs = [("zero_shot", None), ("full_context", None)] + [(m, e) for m in mechs for e in epsilons]
+    ks = [int(k) for k in args.public_top_k.split(",")] if args.public_top_k else [None]
+    runs: list[tuple[str, float | None, int | None]] = [] if args.no_baselines else [
+        ("zero_shot", None, None), ("full_context", None, None)]
+    for m in mechs:
+        for k in (ks if m in ("clip_softmax", "poe") else [None]):
+            runs += [(m, e, k) for e in epsilons]
     for j, item in enumerate(items):
-        for mech, eps in runs:
-            key = mech if eps is None else f"{mech}@{eps:g}"
-            p = {"shots": args.full_context_shots} if mech == "full_context" else params.get(mech, {})
+        for mech, eps, k in runs:
+            name = mech if k is None else f"{mech}[k={k}]"
+            key = name if eps is None else f"{name}@{eps:g}"
+            p = {"shots": args.full_context_shots} if mech == "full_context" else dict(params.get(mech, {}))
+            if k is not None:
+                p["public_top_k"] = k
             req = GenerationRequest.build(train, item["input"], epsilon=eps, delta=1e-5, max_tokens=args.tokens,
                                           template=TEMPLATE, params=p)
             t = time.perf_counter()
@@ -227,9 +237,16 @@ def main() -> None:
     r.add_argument("--mechanisms", default="esa,ksa,clip_softmax,poe")
     r.add_argument("--full-context-shots", type=int, default=16)
     r.add_argument("--params", default="", help="JSON overriding the per-mechanism parameters")
+    r.add_argument("--public-top-k", default="", help="comma list of public_top_k values for clip_softmax/poe (0 = off)")
+    r.add_argument("--no-baselines", action="store_true", help="skip zero_shot and full_context")
+    r.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     for p in (k, r):
         p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     args = ap.parse_args()
+    if getattr(args, "threads", 0):
+        import torch
+
+        torch.set_num_threads(args.threads)
     res = bench_kv(args) if args.cmd == "kv" else bench_rouge(args)
     text = json.dumps(res, indent=2)
     print(text)

@@ -22,6 +22,17 @@ removing an exemplar changes one prompt, never zeroes it (ICLInf's c/(s tau) is 
 zero-out model of Amin et al.). The temperature is calibrated to the budget with
 ``app.privacy.calibrate_clip_softmax`` (ICLInf Algorithm 3, feasible end kept)
 unless given.
+
+``public_top_k`` = k (opt-in; Tang et al. 2024 restrict to the top-100 tokens of a
+public zero-shot prompt): each step samples softmax(l(Z)/tau) restricted to C_t, the k most likely
+next tokens of the zero-shot prompt (query + tokens released so far, no exemplar) plus
+EOS. C_t is a function of public data and of earlier outputs only, so step t is the
+same exponential mechanism run over the data-independent range C_t instead of the
+vocabulary: every coordinate of l(Z)/tau still moves by <= 2c/(s tau) (the clip
+bounds each prompt's vector in [-c, c] whatever the range), which is all that
+Thm C.2/C.5 use (``app.privacy.clip_softmax`` takes no vocabulary size), and
+adaptive composition (Thm C.7) covers a range chosen from earlier outputs. The cost
+is therefore the same for every k (docs/generation.md, "Public candidate sets").
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ from app.mechanisms.gen_common import (
     resolve_units,
     stop_strings,
 )
-from app.mechanisms.gen_decode import decode
+from app.mechanisms.gen_decode import decode, eos_ids, public_candidates, restrict
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import ClipSoftmaxEvent, RdpAccountant
 from app.privacy.adjacency import Adjacency
@@ -54,8 +65,11 @@ from app.privacy.calibration import calibrate_clip_softmax
 from app.privacy.errors import PrivacyInputError
 
 NAME = "clip_softmax"
-PARAMS = ("prompts", "shots_per_prompt", "clip", "temperature", "solve_for")
+PARAMS = ("prompts", "shots_per_prompt", "clip", "temperature", "solve_for", "public_top_k")
 DEFAULT_PROMPTS = 32
+# Candidates per step from the public zero-shot distribution (None / 0: whole vocabulary).
+DEFAULT_PUBLIC_TOP_K: int | None = None
+MAX_PUBLIC_TOP_K = 1 << 20
 DEFAULT_SHOTS = 1
 DEFAULT_CLIP = 2.0
 # The sensitivity basis (see module doc): one prompt swapped.
@@ -80,14 +94,17 @@ def mean_clipped(logits: np.ndarray, clip: float) -> np.ndarray:
     return clip_logits(logits, clip).mean(axis=0)
 
 
-def step_scores(logits: np.ndarray, clip: float, temperature: float) -> np.ndarray:
-    """l(Z) / tau: the released token's law is softmax of these."""
-    return mean_clipped(logits, clip) / temperature
+def step_scores(logits: np.ndarray, clip: float, temperature: float,
+                candidates: np.ndarray | None = None) -> np.ndarray:
+    """l(Z) / tau: the released token's law is softmax of these (-inf outside ``candidates``,
+    a public candidate set, when given)."""
+    return restrict(mean_clipped(logits, clip) / temperature, candidates)
 
 
-def step_log_probs(logits: np.ndarray, clip: float, temperature: float) -> np.ndarray:
-    """log softmax(l(Z) / tau): the exact law of the released token."""
-    a = step_scores(logits, clip, temperature)
+def step_log_probs(logits: np.ndarray, clip: float, temperature: float,
+                   candidates: np.ndarray | None = None) -> np.ndarray:
+    """log softmax(l(Z) / tau) (over ``candidates`` when given): the exact law of the released token."""
+    a = step_scores(logits, clip, temperature, candidates)
     return a - logsumexp(a)
 
 
@@ -99,9 +116,45 @@ def gumbel_argmax(scores: np.ndarray, rng: np.random.Generator, size: int | None
 
 
 def sample_token(logits: np.ndarray, clip: float, temperature: float, rng: np.random.Generator,
-                 size: int | None = None) -> Any:
-    """Draw from softmax(l(Z)/tau)."""
-    return gumbel_argmax(step_scores(logits, clip, temperature), rng, size)
+                 size: int | None = None, candidates: np.ndarray | None = None) -> Any:
+    """Draw from softmax(l(Z)/tau) (over ``candidates`` when given)."""
+    return gumbel_argmax(step_scores(logits, clip, temperature, candidates), rng, size)
+
+
+def public_top_k_param(p: Params, default: int | None) -> int | None:
+    """``params.public_top_k``: an integer >= 1 (0 or absent with no default: whole vocabulary)."""
+    k = p.count("public_top_k", default, minimum=0, maximum=MAX_PUBLIC_TOP_K)
+    return k or None
+
+
+def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int | None, eos: Any) -> Any:
+    """The per-step choice of a token-level mechanism: Gumbel-max over ``score_fn(private logits)``,
+    restricted to the public top-k (+ EOS) when ``public_top_k`` is set. The candidate set is
+    computed from the public row alone; the private rows never enter it."""
+
+    def choose(logits: np.ndarray, public_logits: np.ndarray | None = None) -> tuple[int, dict[str, Any]]:
+        cand = None
+        if public_top_k is not None:
+            if public_logits is None:
+                raise RuntimeError("public_top_k is set but no public row was decoded")
+            cand = public_candidates(public_logits, public_top_k, sorted(eos))
+        a = restrict(score_fn(logits), cand)
+        tok = gumbel_argmax(a, rng)
+        norm = float(logsumexp(a))
+        info = {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(np.max(a) - norm))}
+        if cand is not None:
+            info["candidates"] = int(cand.size)
+        return tok, info
+
+    return choose
+
+
+def public_internals(public_top_k: int | None) -> dict[str, Any]:
+    """What the internals say about the candidate set."""
+    if public_top_k is None:
+        return {"public_top_k": None, "candidate_set": "vocabulary"}
+    return {"public_top_k": public_top_k,
+            "candidate_set": "public: zero-shot top-k (template + query + released tokens, no exemplar) + EOS"}
 
 
 # ---------------------------------------------------------------------------
@@ -159,6 +212,7 @@ class ClipSoftmaxConfig:
     temperature: float
     tokens: int  # compositions charged (max_tokens)
     calibrated: bool
+    public_top_k: int | None = None  # not in to_dict: the cost does not depend on it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +230,7 @@ class ClipSoftmaxConfig:
 def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
     eps = require_private(req, NAME)
     p = Params(req.params, PARAMS)
+    top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
     s, k = resolve_units(len(req.exemplars), p.count("prompts", None), p.count("shots_per_prompt", None),
                          DEFAULT_PROMPTS, DEFAULT_SHOTS, "prompts", "shots_per_prompt")
     solve_for = p.choice("solve_for", "temperature", ("temperature", "clip"))
@@ -187,7 +242,7 @@ def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
             raise MechanismParamError("clip is what solve_for clip calibrates: leave it out", param="params.clip")
         tau = p.positive("temperature", None)
         c = calibrate_clip(eps, req.delta, tau, s, req.max_tokens)
-        return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True)
+        return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True, top_k)
     c = p.positive("clip", DEFAULT_CLIP)
     if p.given("temperature"):
         tau = p.positive("temperature", None)
@@ -197,9 +252,9 @@ def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
                 f"temperature {tau:g} costs epsilon {got:.4g} over {req.max_tokens} tokens > the budget {eps:g}",
                 param="params.temperature",
             )
-        return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, False)
+        return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, False, top_k)
     tau = calibrate_temperature(eps, req.delta, c, s, req.max_tokens)
-    return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True)
+    return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True, top_k)
 
 
 def privacy(cfg: ClipSoftmaxConfig, req: GenerationRequest) -> dict[str, Any]:
@@ -223,14 +278,11 @@ def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Ge
     units = partition(len(req.exemplars), cfg.prompts, cfg.shots_per_prompt, g)
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
 
-    def choose(logits: np.ndarray) -> tuple[int, dict[str, Any]]:
-        a = step_scores(logits, cfg.clip, cfg.temperature)
-        tok = gumbel_argmax(a, g)
-        norm = float(logsumexp(a))
-        return tok, {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(a.max() - norm))}
-
-    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode)
+    choose = private_chooser(lambda z: step_scores(z, cfg.clip, cfg.temperature), g, cfg.public_top_k, eos_ids(lm))
+    public = build_prompt(lm, req.template, [], req.query) if cfg.public_top_k is not None else None
+    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
     internals = {
+        **public_internals(cfg.public_top_k),
         "partitions": units,
         "steps": out.steps,
         "prefill_seconds": out.prefill_seconds,

@@ -9,6 +9,13 @@ scratch each step (the reference the tests and the benchmark compare against).
 
 Stopping at EOS or a stop string is post-processing of released tokens; the
 privacy cost is charged for ``max_tokens`` steps whatever the stop.
+
+Public candidate sets (``public_prompt``): one more sequence, the zero-shot prompt
+(template + query, no exemplar), rides in the same batched forward and receives the
+same released tokens; ``choose(private_logits, public_logits)`` then gets the s
+private rows and that public row separately, and :func:`public_candidates` turns the
+public row alone into the step's candidate set (top-k, EOS added). The set is a
+function of the query, the template and the tokens already released: public data.
 """
 
 from __future__ import annotations
@@ -86,11 +93,32 @@ class DecodeOutcome:
     prefill_seconds: float = 0.0
 
 
-ChooseFn = Callable[[np.ndarray], "tuple[int, dict[str, Any]]"]
+ChooseFn = Callable[..., "tuple[int, dict[str, Any]]"]
 
 
 def eos_ids(lm: Any) -> frozenset[int]:
     return frozenset(int(t) for t in getattr(lm, "eos_token_ids", ()) or ())
+
+
+def public_candidates(public_logits: np.ndarray, k: int, always: Sequence[int] = ()) -> np.ndarray:
+    """The k highest-scoring token ids of the PUBLIC row (ties to the lower id), plus ``always``
+    (EOS, so an answer can end), sorted ascending. Reads nothing but its arguments: a caller
+    passes the zero-shot row only, never a row built from exemplars."""
+    z = np.asarray(public_logits, dtype=np.float64).reshape(-1)
+    k = min(int(k), z.size)
+    top = np.argsort(-z, kind="stable")[:k]
+    extra = [int(t) for t in always if 0 <= int(t) < z.size]
+    return np.unique(np.concatenate([top.astype(np.int64), np.asarray(extra, dtype=np.int64)]))
+
+
+def restrict(scores: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
+    """``scores`` with every token outside ``candidates`` set to -inf (no mass there after
+    softmax / Gumbel-max); ``candidates`` None leaves the full vocabulary."""
+    if candidates is None:
+        return scores
+    out = np.full_like(np.asarray(scores, dtype=np.float64), -np.inf)
+    out[candidates] = scores[candidates]
+    return out
 
 
 def decode(
@@ -102,11 +130,18 @@ def decode(
     stops: Sequence[str] | None = None,
     reencode: bool = False,
     stop_at_eos: bool = True,
+    public_prompt: str | None = None,
 ) -> DecodeOutcome:
-    """Run ``max_tokens`` private steps at most; ``choose(logits)`` returns (token, step internals)."""
+    """Run ``max_tokens`` private steps at most; ``choose(logits)`` returns (token, step internals).
+
+    With ``public_prompt``, that prompt is decoded as one more row of the same batch (it
+    receives the same released tokens) and ``choose(logits, public_logits)`` is called with
+    the s private rows and the public row apart."""
     eos = eos_ids(lm) if stop_at_eos else frozenset()
+    s = len(prompts)
+    rows = list(prompts) + ([public_prompt] if public_prompt is not None else [])
     t0 = time.perf_counter()
-    sess = open_session(lm, prompts, reencode=reencode)
+    sess = open_session(lm, rows, reencode=reencode)
     prefill = time.perf_counter() - t0
     out: list[int] = []
     steps: list[dict[str, Any]] = []
@@ -116,7 +151,7 @@ def decode(
     try:
         logits = sess.logits
         for i in range(max_tokens):
-            tok, info = choose(logits)
+            tok, info = choose(logits) if public_prompt is None else choose(logits[:s], logits[s])
             steps.append(info)
             if tok in eos:
                 finish = "stop"

@@ -25,6 +25,14 @@ line, the exponential-mechanism sinh bound of ICLInf Thm C.5 and eps_tok
 basic composition T eps_tok is reported instead when smaller (few tokens; the cost is
 then pure, delta 0). Given a total budget, eps_tok is the largest per-token epsilon
 whose composition fits; with delta = 0 that is eps / T.
+
+``public_top_k`` = k (opt-in): the exponential mechanism runs over C_t, the zero-shot
+prompt's top-k next tokens (+ EOS) given the released prefix, instead of the
+vocabulary. C_t depends on public data and earlier outputs only; each a_e(y) is still
+in [-c, 0] for y in C_t, so the utility range over C_t is at most the range over the
+vocabulary and the per-token eps_tok (bounded range, PoEtry Thm 3.1 / App. B.1) and
+every curve above are unchanged: the cost does not depend on k (docs/generation.md,
+"Public candidate sets").
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import numpy as np
 from scipy.special import log_softmax, logsumexp
 
 from app.mechanisms import sensitivity as sens
-from app.mechanisms.clip_softmax import gumbel_argmax
+from app.mechanisms.clip_softmax import gumbel_argmax, private_chooser, public_internals, public_top_k_param
 from app.mechanisms.gen_common import (
     GenerationRequest,
     GenerationResult,
@@ -50,13 +58,14 @@ from app.mechanisms.gen_common import (
     resolve_units,
     stop_strings,
 )
-from app.mechanisms.gen_decode import decode
+from app.mechanisms.gen_decode import decode, eos_ids, restrict
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import PrivacyCost, RdpAccountant, RDPCurveEvent
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_pure_dp, rdp_zcdp
 
 NAME = "poe"
-PARAMS = ("experts", "group_size", "clip", "epsilon_per_token")
+PARAMS = ("experts", "group_size", "clip", "epsilon_per_token", "public_top_k")
+DEFAULT_PUBLIC_TOP_K: int | None = None
 DEFAULT_EXPERTS = 32
 DEFAULT_CLIP = 4.0
 
@@ -74,20 +83,22 @@ def clipped_utilities(logits: np.ndarray, clip: float) -> np.ndarray:
     return np.maximum(log_softmax(z, axis=1), -clip).sum(axis=0)
 
 
-def step_scores(logits: np.ndarray, clip: float, inverse_temperature: float) -> np.ndarray:
-    """lam U(y): the released token's law is softmax of these."""
-    return inverse_temperature * clipped_utilities(logits, clip)
+def step_scores(logits: np.ndarray, clip: float, inverse_temperature: float,
+                candidates: np.ndarray | None = None) -> np.ndarray:
+    """lam U(y): the released token's law is softmax of these (-inf outside ``candidates``)."""
+    return restrict(inverse_temperature * clipped_utilities(logits, clip), candidates)
 
 
-def step_log_probs(logits: np.ndarray, clip: float, inverse_temperature: float) -> np.ndarray:
-    a = step_scores(logits, clip, inverse_temperature)
+def step_log_probs(logits: np.ndarray, clip: float, inverse_temperature: float,
+                   candidates: np.ndarray | None = None) -> np.ndarray:
+    a = step_scores(logits, clip, inverse_temperature, candidates)
     return a - logsumexp(a)
 
 
 def sample_token(logits: np.ndarray, clip: float, inverse_temperature: float, rng: np.random.Generator,
-                 size: int | None = None) -> Any:
-    """Exponential mechanism by Gumbel-max: argmax lam U(y) + Gumbel(1)."""
-    return gumbel_argmax(step_scores(logits, clip, inverse_temperature), rng, size)
+                 size: int | None = None, candidates: np.ndarray | None = None) -> Any:
+    """Exponential mechanism by Gumbel-max: argmax lam U(y) + Gumbel(1) (over ``candidates``)."""
+    return gumbel_argmax(step_scores(logits, clip, inverse_temperature, candidates), rng, size)
 
 
 # ---------------------------------------------------------------------------
@@ -129,6 +140,7 @@ class PoEDecodeConfig:
     epsilon_per_token: float
     tokens: int
     change: sens.UnitChange
+    public_top_k: int | None = None  # not in to_dict: the cost does not depend on it
 
     @property
     def inverse_temperature(self) -> float:
@@ -152,6 +164,7 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
 
     eps = require_private(req, NAME)
     p = Params(req.params, PARAMS)
+    top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
     e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
                          DEFAULT_EXPERTS, 1, "experts", "group_size")
     c = p.positive("clip", DEFAULT_CLIP)
@@ -169,7 +182,7 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
             )
     else:
         et = calibrate_per_token(eps, req.delta, req.max_tokens)
-    return PoEDecodeConfig(e, g, c, et, req.max_tokens, change)
+    return PoEDecodeConfig(e, g, c, et, req.max_tokens, change, top_k)
 
 
 def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
@@ -202,13 +215,9 @@ def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Ge
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
     lam = cfg.inverse_temperature
 
-    def choose(logits: np.ndarray) -> tuple[int, dict[str, Any]]:
-        a = step_scores(logits, cfg.clip, lam)
-        tok = gumbel_argmax(a, g)
-        norm = float(logsumexp(a))
-        return tok, {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(a.max() - norm))}
-
-    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode)
-    internals = {"experts": units, "steps": out.steps}
+    choose = private_chooser(lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, eos_ids(lm))
+    public = build_prompt(lm, req.template, [], req.query) if cfg.public_top_k is not None else None
+    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
+    internals = {**public_internals(cfg.public_top_k), "experts": units, "steps": out.steps}
     return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,
                             len(out.token_ids))
