@@ -2,17 +2,23 @@
 
     python benchmarks/bench_jobs.py                  # SQLite (in-process runner) and PostgreSQL (procrastinate)
     python benchmarks/bench_jobs.py --db sqlite --json
+    python benchmarks/bench_jobs.py --baseline-ref 5587391   # also the server of an older commit, same run
 
 Target: POST /v1/audits answers in under 50 ms at the 95th percentile with 20
 concurrent clients while another job runs. Each database gets a real `dpicl serve`
 process (no models loaded: submission never touches them); on PostgreSQL a real
 `dpicl worker` runs the job, on SQLite the server's in-process runner does. The
 running job is measured twice: one that sleeps between progress points, and one
-that spins the CPU (holding the GIL) — the worst case for the server process.
+that spins the CPU in pure Python (holding the GIL) — the worst case for the server process —
+and one that spins in numpy matrix products (BLAS releases the GIL).
 Clients either fire back to back (think time 0: saturation, latency = 20 /
 throughput by Little's law) or pause between requests (exponential think time,
 default mean 200 ms: 20 busy CI clients). Latency is measured in the client and
 includes its own overhead (20 Python threads), so it is an upper bound.
+
+``--baseline-ref REF`` checks REF out in a temporary git worktree and measures its
+server too, alternating with this tree's per database, so that both code paths
+see the same machine load (a background kind REF does not know is skipped there).
 """
 
 from __future__ import annotations
@@ -51,9 +57,16 @@ def _env(url: str) -> dict[str, str]:
     return env
 
 
-def _start(args: list[str], env: dict[str, str], log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env, stdout=log,
+def _start(args: list[str], env: dict[str, str], log, root: Path = ROOT) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "app.cli", *args], cwd=root, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
+
+
+BACKGROUND = {  # name -> the long job's extra config, and its label
+    "sleeping": ({"busy": False}, "sleeping"),
+    "python": ({"busy": True}, "cpu-bound (GIL)"),
+    "numpy": ({"busy": True, "busy_numpy": True}, "cpu-bound numpy"),
+}
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -119,7 +132,8 @@ def measure(url: str, clients: int, per_client: int, think_ms: float) -> dict:
     }
 
 
-def bench_db(kind: str, clients: int, per_client: int, think: list[float], tmp: Path) -> list[dict]:
+def bench_db(kind: str, clients: int, per_client: int, think: list[float], tmp: Path, *,
+             background: list[str], root: Path = ROOT, code: str = "this tree") -> list[dict]:
     from tests.conftest import PG_ADMIN_URL, PostgresDatabases
 
     pg = None
@@ -132,17 +146,21 @@ def bench_db(kind: str, clients: int, per_client: int, think: list[float], tmp: 
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(tmp / f"{kind}.log", "ab")
-    procs = [_start(["serve", "--port", str(port)], env, log)]
+    procs = [_start(["serve", "--port", str(port)], env, log, root)]
     try:
         _wait_healthy(base, procs[0])
         if kind == "postgres":
-            procs.append(_start(["worker", "--name", "bench"], env, log))
+            procs.append(_start(["worker", "--name", "bench"], env, log, root))
         out = []
-        for busy in (False, True):
+        for bg in background:
+            extra, bg_label = BACKGROUND[bg]
             for think_ms in think:
                 with httpx.Client(base_url=base, timeout=30) as c:
-                    long_job = c.post("/v1/audits", json={"kind": "sleep", "config": {
-                        "steps": 100_000, "step_seconds": 0.05, "busy": busy}}).json()
+                    r = c.post("/v1/audits", json={"kind": "sleep", "config": {
+                        "steps": 100_000, "step_seconds": 0.05, **extra}})
+                    if r.status_code == 422:  # an older server without this background kind
+                        break
+                    long_job = r.json()
                     deadline = time.time() + 120
                     while c.get(f"/v1/audits/{long_job['id']}").json()["status"] != "running":
                         if time.time() > deadline:
@@ -158,8 +176,8 @@ def bench_db(kind: str, clients: int, per_client: int, think: list[float], tmp: 
                             break
                         for j in page:
                             c.post(f"/v1/audits/{j['id']}/cancel")
-                out.append({"db": kind, "runner": "inprocess" if kind == "sqlite" else "procrastinate",
-                            "background_job": "cpu-bound (GIL)" if busy else "sleeping",
+                out.append({"code": code, "db": kind, "runner": "inprocess" if kind == "sqlite" else "procrastinate",
+                            "background_job": bg_label,
                             "background_still_running": still == "running", **res})
         return out
     finally:
@@ -181,23 +199,40 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=25, help="per client")
     ap.add_argument("--think-ms", type=float, nargs="+", default=[0.0, 200.0],
                     help="mean pause between a client's requests (0: back to back, the saturation case)")
+    ap.add_argument("--background", nargs="+", choices=list(BACKGROUND), default=list(BACKGROUND),
+                    help="the job running meanwhile: sleeping, pure-Python spin (holds the GIL), numpy spin")
+    ap.add_argument("--baseline-ref", metavar="REF", help="also measure the server of this git commit (same run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
     rows = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
-        for k in kinds:
-            rows += bench_db(k, args.clients, args.requests, args.think_ms, Path(d))
-    meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()[0]}
+        trees = [(ROOT, "this tree")]
+        if args.baseline_ref:
+            wt = Path(d) / "baseline"
+            subprocess.run(["git", "worktree", "add", "--detach", str(wt), args.baseline_ref], cwd=ROOT, check=True,
+                           capture_output=True)
+            trees.insert(0, (wt, args.baseline_ref))
+        try:
+            for k in kinds:
+                for root, code in trees:
+                    rows += bench_db(k, args.clients, args.requests, args.think_ms, Path(d),
+                                     background=args.background, root=root, code=code)
+        finally:
+            if args.baseline_ref:
+                subprocess.run(["git", "worktree", "remove", "--force", str(trees[0][0])], cwd=ROOT, check=False)
+    meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_before": load_before[0],
+            "load_avg": os.getloadavg()[0]}
     if args.json:
         print(json.dumps({"meta": meta, "results": rows}, indent=2))
         return
     print(f"POST /v1/audits, {args.clients} concurrent clients x {args.requests} requests, another job running "
-          f"(cpus {meta['cpus']}, load average {meta['load_avg']:.1f})")
-    print(f"{'db':<9}{'runner':<15}{'background':<17}{'think ms':>9}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}{'max ms':>8}{'req/s':>8}"
+          f"(cpus {meta['cpus']}, load average {meta['load_avg_before']:.1f} before, {meta['load_avg']:.1f} after)")
+    print(f"{'code':<11}{'db':<9}{'runner':<15}{'background':<17}{'think ms':>9}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}{'max ms':>8}{'req/s':>8}"
           f"{'errors':>8}")
     for r in rows:
-        print(f"{r['db']:<9}{r['runner']:<15}{r['background_job']:<17}{r['think_ms']:>9g}{r['p50_ms']:>8}{r['p95_ms']:>8}"
+        print(f"{r['code'][:10]:<11}{r['db']:<9}{r['runner']:<15}{r['background_job']:<17}{r['think_ms']:>9g}{r['p50_ms']:>8}{r['p95_ms']:>8}"
               f"{r['p99_ms']:>8}{r['max_ms']:>8}{r['throughput_rps']:>8}{r['errors']:>8}")
     print("target: p95 < 50 ms")
 

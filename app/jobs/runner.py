@@ -9,6 +9,8 @@ own, webhook deliveries. Nothing here touches the event loop: the API only calls
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,20 @@ if TYPE_CHECKING:
     from app.runtime import Runtime
 
 log = logging.getLogger("dpicl.jobs.runner")
+
+
+# A job thread that runs pure Python holds the GIL; every other thread (the event loop, the request
+# threads) waits up to the interpreter's switch interval (5 ms by default) each time it wants the GIL
+# back, and a submission wants it back after every socket/SQLite call and thread hop. The in-process
+# runner lowers the interval while it runs (process-wide; restored on stop). 0 keeps Python's default.
+SWITCH_INTERVAL_ENV = "DPICL_JOB_SWITCH_INTERVAL_MS"
+DEFAULT_SWITCH_INTERVAL_MS = 1.0
+
+
+def switch_interval_seconds() -> float | None:
+    raw = os.environ.get(SWITCH_INTERVAL_ENV, "").strip()
+    ms = float(raw) if raw else DEFAULT_SWITCH_INTERVAL_MS
+    return ms / 1e3 if ms > 0 else None
 
 
 def maintenance_interval(settings) -> float:
@@ -45,11 +61,16 @@ class InProcessRunner:
         self._running: dict[str, JobContext | None] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._saved_switch_interval: float | None = None
 
     # -- lifecycle
 
     def start(self) -> None:
         registry.all_kinds()  # import every kind now, not in the first job's heartbeat window
+        interval = switch_interval_seconds()
+        if interval is not None and interval < sys.getswitchinterval():
+            self._saved_switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(interval)
         for target, name in ((self._dispatch_loop, "dpicl-jobs-dispatch"), (self._webhook_loop, "dpicl-jobs-webhooks")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -69,6 +90,9 @@ class InProcessRunner:
             time.sleep(0.05)
         if self._running:
             log.warning("jobs still running at shutdown: %s (the reaper will retry them)", sorted(self._running))
+        if self._saved_switch_interval is not None:
+            sys.setswitchinterval(self._saved_switch_interval)
+            self._saved_switch_interval = None
 
     def notify(self) -> None:
         self._wake.set()

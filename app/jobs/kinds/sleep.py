@@ -26,6 +26,8 @@ class SleepConfig(BaseModel):
     artifacts: bool = False
     # Spin the CPU (holding the GIL) instead of sleeping: the worst case for the server's event loop.
     busy: bool = False
+    # With busy: spin in numpy matrix products instead (BLAS releases the GIL: the server's threads run beside it).
+    busy_numpy: bool = False
 
 
 @register
@@ -39,7 +41,9 @@ class SleepKind(JobKind):
         for i in range(config.steps):
             if config.fail_at_step is not None and i == config.fail_at_step:
                 raise JobError(config.fail_message)
-            if config.busy:
+            if config.busy and config.busy_numpy:
+                _spin_numpy(config.step_seconds)
+            elif config.busy:
                 end = time.perf_counter() + config.step_seconds
                 while time.perf_counter() < end:
                     pass
@@ -52,6 +56,15 @@ class SleepKind(JobKind):
             ctx.add_artifact("steps.csv", "text/csv", _csv(config.steps))
             ctx.add_artifact("plot.png", "image/png", _png(config.steps))
         return {"steps": config.steps, "epsilon": config.epsilon, "delta": config.delta, "attempt": ctx.attempt}
+
+
+def _spin_numpy(seconds: float) -> None:
+    import numpy as np
+
+    a = np.random.default_rng(0).random((192, 192))
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = np.tanh(a @ a)
 
 
 def _csv(n: int) -> bytes:
