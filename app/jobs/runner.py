@@ -41,6 +41,30 @@ def switch_interval_seconds() -> float | None:
     return ms / 1e3 if ms > 0 else None
 
 
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_saved: float | None = None
+
+
+def _lower_switch_interval() -> None:
+    global _switch_users, _switch_saved
+    interval = switch_interval_seconds()
+    with _switch_lock:
+        _switch_users += 1
+        if _switch_users == 1 and interval is not None and interval < sys.getswitchinterval():
+            _switch_saved = sys.getswitchinterval()
+            sys.setswitchinterval(interval)
+
+
+def _restore_switch_interval() -> None:
+    global _switch_users, _switch_saved
+    with _switch_lock:
+        _switch_users -= 1
+        if _switch_users == 0 and _switch_saved is not None:
+            sys.setswitchinterval(_switch_saved)
+            _switch_saved = None
+
+
 def maintenance_interval(settings) -> float:
     """How often the reaper looks for stalled jobs: a few times per stall period."""
     return max(0.05, min(settings.job_stall_seconds / 4, settings.job_heartbeat_seconds, 10.0))
@@ -61,16 +85,14 @@ class InProcessRunner:
         self._running: dict[str, JobContext | None] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._saved_switch_interval: float | None = None
+        self._lowered_switch = False
 
     # -- lifecycle
 
     def start(self) -> None:
         registry.all_kinds()  # import every kind now, not in the first job's heartbeat window
-        interval = switch_interval_seconds()
-        if interval is not None and interval < sys.getswitchinterval():
-            self._saved_switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(interval)
+        _lower_switch_interval()
+        self._lowered_switch = True
         for target, name in ((self._dispatch_loop, "dpicl-jobs-dispatch"), (self._webhook_loop, "dpicl-jobs-webhooks")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -90,9 +112,9 @@ class InProcessRunner:
             time.sleep(0.05)
         if self._running:
             log.warning("jobs still running at shutdown: %s (the reaper will retry them)", sorted(self._running))
-        if self._saved_switch_interval is not None:
-            sys.setswitchinterval(self._saved_switch_interval)
-            self._saved_switch_interval = None
+        if self._lowered_switch:
+            self._lowered_switch = False
+            _restore_switch_interval()
 
     def notify(self) -> None:
         self._wake.set()

@@ -277,3 +277,27 @@ def test_retry_after_grows_with_the_age_of_the_job():
         return {"created_at": t.isoformat().replace("+00:00", "Z")}
 
     assert [retry_after(at(s)) for s in (0, 5, 100, 250, 10_000)] == [1, 1, 10, 25, 30]
+
+
+def test_in_process_runner_lowers_the_gil_switch_interval_while_it_runs(tmp_path, monkeypatch):
+    """A CPU-bound job thread holds the GIL; request threads wait up to one switch interval per reacquire."""
+    import sys
+
+    from app.jobs.runner import InProcessRunner
+    from app.runtime import Runtime
+    from tests.jobs.conftest import job_settings
+
+    before = sys.getswitchinterval()
+    monkeypatch.setenv("DPICL_JOB_SWITCH_INTERVAL_MS", "0.5")
+    rt = Runtime.create(job_settings(f"sqlite:///{tmp_path / 'si.db'}"))
+    try:
+        a, b = InProcessRunner(rt), InProcessRunner(rt)
+        a.start()
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+        b.start()
+        a.stop(timeout=5)
+        assert sys.getswitchinterval() == pytest.approx(0.0005)  # b still runs
+        b.stop(timeout=5)
+        assert sys.getswitchinterval() == before
+    finally:
+        rt.close()
