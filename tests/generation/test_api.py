@@ -74,6 +74,8 @@ def test_zero_shot_is_not_charged(live_server):
     (dict(mechanism="esa", params={"bogus": 1}), 422, "params.bogus"),
     (dict(mechanism="esa", params={"partitions": 7}), 422, "params.partitions"),
     (dict(mechanism="clip_softmax", params={"temperature": 0.001}), 422, "params.temperature"),
+    (dict(mechanism="clip_softmax", params={"public_top_k": -5}), 422, "params.public_top_k"),
+    (dict(mechanism="poe", params={"public_top_k": 2.5}), 422, "params.public_top_k"),
     (dict(mechanism="ksa", params={"epsilon": 1.0}), 422, "params.epsilon"),
     (dict(mechanism="full_context"), 422, "mechanism"),
     (dict(mechanism="zero_shot", epsilon=1.0), 422, "epsilon"),

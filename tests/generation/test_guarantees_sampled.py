@@ -336,3 +336,83 @@ def test_clip_softmax_token_renyi_within_the_privacy_module_curve():
         z2[int(rng.integers(s))] = rng.normal(0, 5, size=v) * rng.choice([0.1, 1.0, 30.0])
         cur = ClipSoftmaxEvent(cc, s, tt).rdp(ORDERS, Adjacency.REPLACE_ONE)
         assert _max_ratio_to_curve(cs.step_log_probs(z, cc, tt), cs.step_log_probs(z2, cc, tt), cur) <= 1 + 1e-9
+
+
+# ---------------------------------------------------------------------------
+# The same exact checks restricted to a public candidate set (``params.public_top_k``)
+# ---------------------------------------------------------------------------
+
+
+def _random_set(rng: np.random.Generator, v: int) -> np.ndarray:
+    """A candidate set drawn independently of the two neighbours (as the public top-k is)."""
+    return np.sort(rng.choice(v, size=int(rng.integers(1, v + 1)), replace=False))
+
+
+def test_restricted_steps_exact_e_eps_and_renyi_within_the_unrestricted_claims():
+    """Over any data-independent set C: zero mass outside C, and on C the e^eps bound and the
+    per-token Renyi curves of the full-vocabulary step still hold (same claim, same curve: the
+    accounting does not depend on the range). The worst cases are two-token worlds, so a
+    set containing both tokens attains them."""
+    from app.privacy.accountant import ClipSoftmaxEvent
+
+    rng = np.random.default_rng(14)
+    eps = 0.8
+    worst_cs = worst_poe = 0.0
+    for _ in range(300):
+        s, v = int(rng.integers(1, 5)), int(rng.integers(2, 40))
+        c, tau = float(rng.uniform(0.2, 4)), float(rng.uniform(0.5, 5))
+        z = rng.normal(0, 5, size=(s, v))
+        z2 = z.copy()
+        z2[int(rng.integers(s))] = rng.normal(0, 5, size=v) * rng.choice([0.1, 1.0, 30.0])
+        cand = _random_set(rng, v)
+        outside = np.setdiff1d(np.arange(v), cand)
+
+        lp, lq = cs.step_log_probs(z, c, tau, cand), cs.step_log_probs(z2, c, tau, cand)
+        assert np.all(np.isneginf(lp[outside])) and np.all(np.isneginf(lq[outside]))
+        claim = clip_softmax_em_epsilon(c, s, tau, Adjacency.REPLACE_ONE)
+        loss = max_log_ratio(np.exp(lp[cand]), np.exp(lq[cand]))
+        assert loss <= claim * (1 + 1e-9)
+        worst_cs = max(worst_cs, loss / claim)
+        curve = ClipSoftmaxEvent(c, s, tau).rdp(ORDERS, Adjacency.REPLACE_ONE)
+        assert _max_ratio_to_curve(lp[cand], lq[cand], curve) <= 1 + 1e-9
+
+        lam = sens.poe_inverse_temperature(eps, c, sens.UnitChange.SWAP_UNIT)
+        lp, lq = poe_decode.step_log_probs(z, c, lam, cand), poe_decode.step_log_probs(z2, c, lam, cand)
+        assert np.all(np.isneginf(lp[outside])) and np.all(np.isneginf(lq[outside]))
+        loss = max_log_ratio(np.exp(lp[cand]), np.exp(lq[cand]))
+        assert loss <= eps * (1 + 1e-9)
+        worst_poe = max(worst_poe, loss / eps)
+        assert _max_ratio_to_curve(lp[cand], lq[cand], poe_decode.per_token_rdp(ORDERS, eps)) <= 1 + 1e-9
+    assert worst_cs > 0.3 and worst_poe > 0.3  # the random worlds exercise the bound
+
+    # Worst cases inside a larger vocabulary, restricted to a set holding the two tokens:
+    # the restricted step reaches the same fraction of the (unchanged) claim.
+    v = 30
+    cand = np.array([0, 1, 7, 12])
+    z0 = np.full((1, v), -100.0)
+    z0[0, 0] = 0.0
+    z1 = np.full((1, v), -100.0)
+    z1[0, 1] = 0.0
+    c, tau = 1.0, 4.0
+    curve = ClipSoftmaxEvent(c, 1, tau).rdp(ORDERS, Adjacency.REPLACE_ONE)
+    lp, lq = cs.step_log_probs(z0, c, tau, cand)[cand], cs.step_log_probs(z1, c, tau, cand)[cand]
+    assert max_log_ratio(np.exp(lp), np.exp(lq)) <= clip_softmax_em_epsilon(c, 1, tau, Adjacency.REPLACE_ONE) + 1e-12
+    assert 0.5 < _max_ratio_to_curve(lp, lq, curve) <= 1.0 + 1e-9
+    # PoE: nine experts sure of token 0, the tenth moves from 0 to 1 (the swap worst case).
+    lam = sens.poe_inverse_temperature(eps, 4.0, sens.UnitChange.SWAP_UNIT)
+    d, d2 = np.vstack([np.tile(z0, (9, 1)), z0]), np.vstack([np.tile(z0, (9, 1)), z1])
+    lp, lq = poe_decode.step_log_probs(d, 4.0, lam, cand)[cand], poe_decode.step_log_probs(d2, 4.0, lam, cand)[cand]
+    assert 0.9 * eps < max_log_ratio(np.exp(lp), np.exp(lq)) <= eps + 1e-12
+    assert _max_ratio_to_curve(lp, lq, poe_decode.per_token_rdp(ORDERS, eps)) <= 1.0 + 1e-9
+
+
+def test_restricted_clip_softmax_sampled_within_claim():
+    d, d2 = _clip_worlds()
+    tau = 4.0 * CLIP / S
+    claim = _clip_claim(tau)
+    cand = np.array([0, 3, 5, 9])
+    rng = np.random.default_rng(103)
+    a = cs.sample_token(d, CLIP, tau, rng, size=N, candidates=cand)
+    b = cs.sample_token(d2, CLIP, tau, rng, size=N, candidates=cand)
+    assert set(np.unique(a).tolist()) <= set(cand.tolist()) and set(np.unique(b).tolist()) <= set(cand.tolist())
+    assert _sampled_eps(a, b, V) <= claim
