@@ -26,7 +26,7 @@ basic composition T eps_tok is reported instead when smaller (few tokens; the co
 then pure, delta 0). Given a total budget, eps_tok is the largest per-token epsilon
 whose composition fits; with delta = 0 that is eps / T.
 
-``public_top_k`` = k (opt-in): the exponential mechanism runs over C_t, the zero-shot
+``public_top_k`` = k (default 20, 0 = whole vocabulary): the exponential mechanism runs over C_t, the zero-shot
 prompt's top-k next tokens (+ EOS) given the released prefix, instead of the
 vocabulary. C_t depends on public data and earlier outputs only; each a_e(y) is still
 in [-c, 0] for y in C_t, so the utility range over C_t is at most the range over the
@@ -65,7 +65,7 @@ from app.privacy.rdp import DEFAULT_ORDERS, rdp_pure_dp, rdp_zcdp
 
 NAME = "poe"
 PARAMS = ("experts", "group_size", "clip", "epsilon_per_token", "public_top_k")
-DEFAULT_PUBLIC_TOP_K: int | None = None
+DEFAULT_PUBLIC_TOP_K: int | None = 20  # as clip_softmax's, by the same measurement
 DEFAULT_EXPERTS = 32
 DEFAULT_CLIP = 4.0
 

@@ -102,11 +102,12 @@ def _req(mech_params: dict, **kw) -> GenerationRequest:
 def test_privacy_cost_is_the_same_for_every_k(delta):
     for mod, base in ((cs, {"prompts": 4}), (poe_decode, {"experts": 4})):
         costs = []
+        assert mod.DEFAULT_PUBLIC_TOP_K == 20
         for k in (None, 0, 1, 20, 100, 49152):
             p = dict(base) if k is None else {**base, "public_top_k": k}
             req = _req(p, delta=delta)
             cfg = mod.configure(req)
-            assert cfg.public_top_k == (k or None)
+            assert cfg.public_top_k == (mod.DEFAULT_PUBLIC_TOP_K if k is None else (k or None))
             costs.append(mod.privacy(cfg, req))
         assert all(c == costs[0] for c in costs[1:])
         assert costs[0]["epsilon"] <= 4.0 * (1 + 1e-9)
@@ -167,7 +168,7 @@ def test_candidate_set_is_the_zero_shot_top_k_and_never_reads_exemplars(lm):
 def test_end_to_end_internals_and_unchanged_cost(lm, mechanism, params):
     from app.mechanisms.generation import generate
 
-    base = _req(params, max_tokens=3)
+    base = _req({**params, "public_top_k": 0}, max_tokens=3)
     top = _req({**params, "public_top_k": 5}, max_tokens=3)
     r0 = generate(mechanism, base, lm, None, np.random.default_rng(3))
     r1 = generate(mechanism, top, lm, None, np.random.default_rng(3))
