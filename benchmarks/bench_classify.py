@@ -232,9 +232,11 @@ def run_latency(args) -> dict[str, Any]:
     # --label-paths: the HF backend's scoring of single-token labels (``single_token_fast_path``),
     # each measured interleaved with the others in this process: "two-stage" (the general path),
     # "one-pass" (one next-token pass per prompt); "/no-reuse": with ``prefix_reuse`` off (no
-    # separate forward pass for a batch's shared prefix).
-    paths = {"two-stage": (False, True), "one-pass": (True, True),
-             "two-stage/no-reuse": (False, False), "one-pass/no-reuse": (True, False)}
+    # separate forward pass for a batch's shared prefix); "/always": ``shared_prefix_pass="always"``
+    # (the shared prefix computed in a pass of its own even on CUDA, the pre-"auto" behaviour).
+    paths = {"two-stage": (False, True, "auto"), "one-pass": (True, True, "auto"),
+             "two-stage/no-reuse": (False, False, "auto"), "one-pass/no-reuse": (True, False, "auto"),
+             "two-stage/always": (False, True, "always"), "one-pass/always": (True, True, "always")}
     chosen = args.label_paths.split(",") if args.label_paths else [None]
     out: dict[str, Any] = {"labels_single_token": all(len(lm.tokenize(c)) == 1 for c in
                                                       ds.template.continuations(ds.labels))}
@@ -242,13 +244,13 @@ def run_latency(args) -> dict[str, Any]:
         times: dict[tuple, list[float]] = {(path, k): [] for path in chosen for k in mechs}
         for path in chosen:
             if path is not None:
-                lm.single_token_fast_path, lm.prefix_reuse = paths[path]
+                lm.single_token_fast_path, lm.prefix_reuse, lm.shared_prefix_pass = paths[path]
             for name, (m, p) in mechs.items():  # warm-up
                 m.classify(lm, ex, queries[0], ds.labels, ds.template, p, np.random.default_rng(0))
         for q in queries:
             for path in chosen:
                 if path is not None:
-                    lm.single_token_fast_path, lm.prefix_reuse = paths[path]
+                    lm.single_token_fast_path, lm.prefix_reuse, lm.shared_prefix_pass = paths[path]
                 for name, (m, p) in mechs.items():  # interleaved: the machine's load hits all alike
                     if mode == "cold":
                         lm.clear_prefix_cache()

@@ -82,6 +82,14 @@ class HFLanguageModel:
         opts = dict(spec.options or {})
         self.prefix_reuse: bool = bool(opts.get("prefix_reuse", True))
         self.min_prefix_tokens: int = max(1, int(opts.get("min_prefix_tokens", 8)))
+        # A batch's common prefix not yet cached costs a forward pass of its own. On a CPU a pass
+        # costs its tokens, so computing the prefix once saves time; on a GPU a 135M-class model is
+        # launch-bound and the extra pass is what makes T partition prompts 1.5x one prompt
+        # (docs/mechanisms.md#latency, H100: 1.43-1.50x with it, 0.90-0.97x without). "auto":
+        # compute it on CPU, only reuse what the LRU already holds on CUDA.
+        self.shared_prefix_pass: str = str(opts.get("shared_prefix_pass", "auto"))
+        if self.shared_prefix_pass not in ("auto", "always", "cached"):
+            raise ValueError("options.shared_prefix_pass must be auto, always or cached")
         self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", 8192)))
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
         # Opt-in: continuations of one token each (single-token labels) scored by one next-token pass
@@ -250,14 +258,15 @@ class HFLanguageModel:
         """The longest common prefix of ``rows`` (at most ``cap`` tokens) as keys/values, or None.
 
         For several rows the common prefix is computed once (or taken from the
-        LRU). A single row has nothing to share within the call: only what the
-        LRU already holds is used, and the caller stores the row afterwards
-        (:meth:`_remember`), which saves a separate prefix forward pass.
+        LRU); with ``shared_prefix_pass`` "cached" (the "auto" choice on CUDA) only
+        what the LRU holds is used. A single row has nothing to share within the
+        call: only what the LRU already holds is used, and the caller stores the
+        row afterwards (:meth:`_remember`), which saves a separate prefix forward pass.
         """
         if not self.prefix_reuse:
             return None
         common = batch_common_prefix(rows)[: max(0, cap)]
-        if len(rows) > 1:
+        if len(rows) > 1 and self._compute_shared_prefix():
             return self._prefix_kv(common)
         if len(common) < self.min_prefix_tokens:
             return None
@@ -266,6 +275,10 @@ class HFLanguageModel:
             return None
         self.stats.prefix_cache_hits += 1
         return entry.truncate(m)
+
+    def _compute_shared_prefix(self) -> bool:
+        mode = self.shared_prefix_pass
+        return mode == "always" or (mode == "auto" and self.device.type != "cuda")
 
     def _remember(self, kv: KVBatch, tokens: Sequence[int]) -> None:
         """Store a single unpadded row's keys/values in the LRU (after a one-row call)."""

@@ -31,7 +31,9 @@ class ModelSpec:
       * a hub id such as ``"Qwen/Qwen2.5-0.5B-Instruct"`` (needs a reachable hub).
 
     ``options`` (all optional) for the ``hf`` backend:
-      ``prefix_reuse`` (bool, default True), ``prefix_cache_tokens`` (int, LRU
+      ``prefix_reuse`` (bool, default True), ``shared_prefix_pass`` ("auto" | "always" |
+      "cached": a batch's uncached common prefix in a pass of its own; auto = always on
+      CPU, cached on CUDA), ``prefix_cache_tokens`` (int, LRU
       budget in tokens, default 4096), ``min_prefix_tokens`` (int, default 8),
       ``max_batch_tokens`` (int, default 8192: rows x sequence length per forward
       pass, KV included), ``num_threads`` (int: ``torch.set_num_threads``),

@@ -118,3 +118,32 @@ def test_single_token_fast_path_scores_the_same_labels(lm):
         lm.clear_prefix_cache()
     assert worst <= 3e-5, worst  # float32 rounding of the same quantity, nothing more
     assert worst <= max(self_worst, 1e-5) * 1.5, (worst, self_worst)
+
+
+def test_shared_prefix_pass_cached_mode(lm, header_prompts):
+    """``shared_prefix_pass="cached"`` (what "auto" picks on CUDA): a batch's common prefix is taken
+    from the LRU when there, never computed in a pass of its own; the scores are the same."""
+    rows = [lm.tokenize(p) for p in header_prompts]
+    labels = [lm.tokenizer(c, add_special_tokens=False)["input_ids"] for c in LABELS]
+    pairs = len(rows) * sum(1 + len(c) for c in labels)
+    assert lm.shared_prefix_pass == "auto" and lm._compute_shared_prefix()  # CPU: computed
+    old = lm.shared_prefix_pass
+    try:
+        with prefix_reuse(lm, True):
+            ref = lm.continuation_logprobs(header_prompts, LABELS)
+            lm.clear_prefix_cache()
+            lm.shared_prefix_pass = "cached"
+            lm.stats.reset()
+            cold = lm.continuation_logprobs(header_prompts, LABELS)
+            assert lm.stats.forward_tokens == sum(len(r) - 1 for r in rows) + pairs  # no prefix pass
+            lm.shared_prefix_pass = "always"
+            lm.continuation_logprobs(header_prompts[:2], LABELS)  # caches the common header
+            lm.shared_prefix_pass = "cached"
+            lm.stats.reset()
+            warm = lm.continuation_logprobs(header_prompts, LABELS)
+            assert lm.stats.prefix_cache_hits >= 1
+            assert lm.stats.forward_tokens < sum(len(r) - 1 for r in rows) + pairs
+        np.testing.assert_allclose(cold, ref, rtol=0, atol=2e-4)
+        np.testing.assert_allclose(warm, ref, rtol=0, atol=2e-4)
+    finally:
+        lm.shared_prefix_pass = old
