@@ -11,11 +11,14 @@ Stopping at EOS or a stop string is post-processing of released tokens; the
 privacy cost is charged for ``max_tokens`` steps whatever the stop.
 
 Public candidate sets (``public_prompt``): one more sequence, the zero-shot prompt
-(template + query, no exemplar), rides in the same batched forward and receives the
+(template + query, no exemplar), decoded in a session of its own that receives the
 same released tokens; ``choose(private_logits, public_logits)`` then gets the s
-private rows and that public row separately, and :func:`public_candidates` turns the
-public row alone into the step's candidate set (top-k, EOS added). The set is a
-function of the query, the template and the tokens already released: public data.
+private rows and that public row, and :func:`public_candidates` turns the public row
+alone into the step's candidate set (top-k, EOS added). The set is a function of the
+query, the template and the tokens already released: public data. (Its own session,
+not one more row of the private batch: batched with the private rows, its float32
+logits would move with their padding, up to 4e-5 measured, so a near-tie at the
+top-k cut could depend on the private prompts' lengths.)
 """
 
 from __future__ import annotations
@@ -134,14 +137,18 @@ def decode(
 ) -> DecodeOutcome:
     """Run ``max_tokens`` private steps at most; ``choose(logits)`` returns (token, step internals).
 
-    With ``public_prompt``, that prompt is decoded as one more row of the same batch (it
-    receives the same released tokens) and ``choose(logits, public_logits)`` is called with
-    the s private rows and the public row apart."""
+    With ``public_prompt``, that prompt is decoded in a session of its own (it receives the
+    same released tokens) and ``choose(logits, public_logits)`` is called with the s private
+    rows and the public row."""
     eos = eos_ids(lm) if stop_at_eos else frozenset()
-    s = len(prompts)
-    rows = list(prompts) + ([public_prompt] if public_prompt is not None else [])
     t0 = time.perf_counter()
-    sess = open_session(lm, rows, reencode=reencode)
+    sess = open_session(lm, list(prompts), reencode=reencode)
+    pub = None
+    try:
+        pub = None if public_prompt is None else open_session(lm, [public_prompt], reencode=reencode)
+    except BaseException:
+        sess.close()
+        raise
     prefill = time.perf_counter() - t0
     out: list[int] = []
     steps: list[dict[str, Any]] = []
@@ -150,8 +157,9 @@ def decode(
     text_cut: str | None = None
     try:
         logits = sess.logits
+        pub_logits = None if pub is None else pub.logits
         for i in range(max_tokens):
-            tok, info = choose(logits) if public_prompt is None else choose(logits[:s], logits[s])
+            tok, info = choose(logits) if pub is None else choose(logits, pub_logits[0])
             steps.append(info)
             if tok in eos:
                 finish = "stop"
@@ -167,8 +175,12 @@ def decode(
                 break
             ts = time.perf_counter()
             logits = sess.step(int(tok))
+            if pub is not None:
+                pub_logits = pub.step(int(tok))
             timings.append(time.perf_counter() - ts)
     finally:
         sess.close()
+        if pub is not None:
+            pub.close()
     text = text_cut if text_cut is not None else lm.detokenize(out)
     return DecodeOutcome(out, text, finish, steps, timings, prefill)
