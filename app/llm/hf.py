@@ -393,8 +393,12 @@ class HFLanguageModel:
 
     # ------------------------------------------------------------ decoding
 
-    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> DecodeSession:
-        """Open a :class:`DecodeSession` over ``prompts`` (strings, or token id lists used as is)."""
+    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]], *,
+                     reuse_prefix: bool = True) -> DecodeSession:
+        """Open a :class:`DecodeSession` over ``prompts`` (strings, or token id lists used as is).
+        ``reuse_prefix=False``: neither read nor fill the cross-call prefix LRU, so the logits are a
+        function of these prompts alone, not of what earlier calls left in the cache (float32 differs
+        by ~1e-6 between a reused and a recomputed prefix); private decoding's public row uses it."""
         if prompts and not isinstance(prompts[0], str):
             rows = [list(map(int, r)) for r in prompts]
             if any(len(r) == 0 for r in rows):
@@ -404,7 +408,7 @@ class HFLanguageModel:
         if not rows:
             raise CapabilityError("start_decode needs at least one prompt")
         with self._lock:
-            prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1)
+            prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1) if reuse_prefix else None
             p = len(prefix) if prefix is not None else 0
             kv = KVBatch.from_prefix(prefix, len(rows), self.device)
             suffixes = [r[p:] for r in rows]
@@ -412,7 +416,7 @@ class HFLanguageModel:
             last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
             logits = self._logits(hidden[torch.arange(len(rows), device=self.device), last])
             self.stats.reused_tokens += p * len(rows)
-            if len(rows) == 1:
+            if len(rows) == 1 and reuse_prefix:
                 self._remember(kv, rows[0])
         return DecodeSession(self, kv, logits, rows)
 

@@ -1039,8 +1039,11 @@ class RemoteLanguageModel:
 
     # -------------------------------------------------------------- decoding
 
-    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> RemoteDecodeSession:
-        """A decode session over ``prompts`` (strings, or token id lists used as they are)."""
+    def start_decode(self, prompts: Sequence[str] | Sequence[Sequence[int]], *,
+                     reuse_prefix: bool = True) -> RemoteDecodeSession:
+        """A decode session over ``prompts`` (strings, or token id lists used as they are).
+        ``reuse_prefix`` is accepted for the hf signature; nothing is cached on this side and the
+        server's prefix cache is salted per call or tenant."""
         self.require("decode_session", "token-by-token decoding")
         if prompts and not isinstance(prompts[0], str):
             rows = [list(map(int, r)) for r in prompts]

@@ -18,11 +18,13 @@ alone into the step's candidate set (top-k, EOS added). The set is a function of
 query, the template and the tokens already released: public data. (Its own session,
 not one more row of the private batch: batched with the private rows, its float32
 logits would move with their padding, up to 4e-5 measured, so a near-tie at the
-top-k cut could depend on the private prompts' lengths.)
+top-k cut could depend on the private prompts' lengths; and a fresh one, not reading
+the cross-call prefix cache that private prompts fill.)
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
@@ -76,14 +78,20 @@ class ReencodeSession:
         self._rows = []
 
 
-def open_session(lm: Any, prompts: Sequence[str], *, reencode: bool = False) -> StepSession:
+def open_session(lm: Any, prompts: Sequence[str], *, reencode: bool = False, fresh: bool = False) -> StepSession:
+    """``fresh``: the backend's cross-call prefix cache is neither read nor filled (where the backend
+    offers it), so the logits depend on these prompts alone."""
     if not hasattr(lm, "start_decode"):
         raise MechanismParamError(
             f"model {getattr(lm, 'name', '?')!r} has no incremental decoding (full-vocabulary logits per step); "
             "token-level mechanisms need the hf backend",
             param="model",
         )
-    return ReencodeSession(lm, prompts) if reencode else lm.start_decode(list(prompts))
+    if reencode:
+        return ReencodeSession(lm, prompts)
+    if fresh and "reuse_prefix" in inspect.signature(lm.start_decode).parameters:
+        return lm.start_decode(list(prompts), reuse_prefix=False)
+    return lm.start_decode(list(prompts))
 
 
 @dataclass
@@ -145,7 +153,7 @@ def decode(
     sess = open_session(lm, list(prompts), reencode=reencode)
     pub = None
     try:
-        pub = None if public_prompt is None else open_session(lm, [public_prompt], reencode=reencode)
+        pub = None if public_prompt is None else open_session(lm, [public_prompt], reencode=reencode, fresh=True)
     except BaseException:
         sess.close()
         raise

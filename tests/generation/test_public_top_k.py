@@ -179,3 +179,31 @@ def test_end_to_end_internals_and_unchanged_cost(lm, mechanism, params):
     for st in r1.internals["steps"]:
         assert st["candidates"] in (5, 5 + len(eos))
         assert st["log_prob"] > np.log(1e-9)  # the released token has mass under the restricted law
+
+
+def test_public_row_ignores_the_prefix_cache_private_prompts_fill(lm):
+    """The public row is decoded fresh: its logits are bit-for-bit the same whether or not the
+    cross-call prefix cache holds private prompts sharing its template prefix, and it adds nothing."""
+    from app.mechanisms.gen_decode import open_session
+
+    query = "Anna: Can we meet at noon? Ben: Sure, see you at the cafe."
+    pub = build_prompt(lm, TEMPLATE, [], query)
+    private = build_prompt(lm, TEMPLATE, [("Tom: Lunch at one? Sue: Yes, at the deli.", "Tom and Sue lunch at one.")],
+                           query)
+    lm.clear_prefix_cache()
+    s = open_session(lm, [pub], fresh=True)
+    try:
+        clean, after = s.logits.copy(), s.step(int(np.argmax(s.logits[0])))
+    finally:
+        s.close()
+    assert len(lm.prefix_cache) == 0  # read nothing, filled nothing
+    for p in (private, pub):  # what earlier (private) calls leave in the cache
+        lm.start_decode([p]).close()
+    assert len(lm.prefix_cache) >= 1
+    s = open_session(lm, [pub], fresh=True)
+    try:
+        again, after2 = s.logits.copy(), s.step(int(np.argmax(s.logits[0])))
+    finally:
+        s.close()
+    assert np.array_equal(clean, again) and np.array_equal(after, after2)
+    lm.clear_prefix_cache()
