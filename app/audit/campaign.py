@@ -236,10 +236,11 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
         tau = e.threshold
     trials = []
     for i, (m, lab) in enumerate(zip(members, labels)):
-        row = {"trial": i, "member": bool(m), "released": lab, "black_box_guess": bool(lab == attack.positive)}
+        row = {"trial": i, "member": bool(m), "released": lab}
         if bb_stat is not None:
             row["black_box_score"] = float(bb_stat[i])
-            row.pop("black_box_guess")
+        else:
+            row["black_box_guess"] = bool(lab == attack.positive)
         if stat is not None:
             row["statistic"] = float(stat[i])
         trials.append(row)
@@ -250,24 +251,26 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
     }
 
 
-def _noise_kind(target, n: int) -> str | None:
+def _noise(target, n: int):
+    """The target's re-appliable noise (``VotingNoise``), or None where it has none."""
     try:
-        return target.noise(n).kind
+        return target.noise(n)
     except Exception:
         return None
 
 
+def _noise_kind(target, n: int) -> str | None:
+    nz = _noise(target, n)
+    return None if nz is None else nz.kind
+
+
 def _gaussian(target, n: int) -> bool:
-    try:
-        nz = target.noise(n)
-    except Exception:
-        return False
-    return nz.kind == "gaussian" and not nz.winner_only
+    nz = _noise(target, n)
+    return nz is not None and nz.kind == "gaussian" and not nz.winner_only
 
 
 def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
-    c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
-    vw, vo = _clean_calls(target, c1, c0, attack, config, rng, report)
+    vw, vo = _clean_calls(target, ex, attack, config, rng, report)
     noise = target.noise(len(ex))
     b = bootstrap_audit(np.array(vw), np.array(vo), noise, attack.positive_index, attack.negative_index, rng=rng,
                         n_sample=config.n_sample, threat_models=tms, confidence=conf, delta=delta,
@@ -280,8 +283,10 @@ def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, 
     return _bootstrap_result(b, config, partitions, trials)
 
 
-def _clean_calls(target, c1, c0, attack, config, rng, report) -> tuple[list, list]:
-    """Algorithm 1 lines 1-3: n_llm noise-free calls on C1 and on C0, alternating."""
+def _clean_calls(target, ex, attack, config, rng, report) -> tuple[list, list]:
+    """Algorithm 1 lines 1-3: the fixed pair C1 (canary in) / C0, then n_llm noise-free calls on
+    each, alternating."""
+    c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
     with_, without = [], []
     rngs = _child_rngs(rng, 2 * config.n_llm)
     for i in range(config.n_llm):
@@ -307,8 +312,7 @@ def _gen_bootstrap(target, ex, attack: GenerationAttack, config, rng, report, tm
     pair C1/C0, then n_sample simulated draws per hypothesis."""
     from app.audit.gen_bootstrap import esa_bootstrap
 
-    c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
-    dw, do = _clean_calls(target, c1, c0, attack, config, rng, report)
+    dw, do = _clean_calls(target, ex, attack, config, rng, report)
     statistic = "reference_vector" if config.statistic == "reference_vector" else "margin"
     b = esa_bootstrap(dw, do, target.decider.points(attack), attack.decision, rng=rng, n_sample=config.n_sample,
                       threat_models=tms, statistic=statistic, confidence=conf, delta=delta,

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.bootstrap import BootstrapResult, _sizes
+from app.audit.bootstrap import BootstrapResult, _counts_white, _sizes
 from app.audit.estimates import Estimates, estimates_from_counts, select_threshold
 
 GEN_STATISTICS = ("margin", "reference_vector")
@@ -97,11 +97,11 @@ def _simulate(draws: Sequence[Any], pool: Sequence[np.ndarray], signals: np.ndar
     return out
 
 
-def _threshold_counts(s_in, s_out, k, confidence, delta, objective):
+def _thresholded(s_in: np.ndarray, s_out: np.ndarray, k: int, confidence: float, delta: float,
+                 objective: str) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """tau chosen on the first k draws of each hypothesis; the decision counts the draws after them."""
     tau = select_threshold(s_in[:k], s_out[:k], confidence=confidence, delta=delta, objective=objective)
-    tp = int(np.count_nonzero(s_in[k:] > tau))
-    fp = int(np.count_nonzero(s_out[k:] > tau))
-    return tau, (tp, s_in.size - k - tp, fp, s_out.size - k - fp)
+    return s_in, s_out, tau, k
 
 
 def esa_bootstrap(
@@ -146,60 +146,41 @@ def esa_bootstrap(
     k = max(1, min(n_sample - 1, int(round(n_sample * threshold_fraction))))
     note = ["bootstrap: ESA's Gaussian noise re-applied to resampled clean means (exact reduction to the span "
             "of the decision points)"]
-    est: dict[str, Estimates] = {}
-    counts: dict[str, Any] = {}
+    # threat model -> (statistic with, statistic without, tau, first counted draw); member iff > tau.
+    decisions: dict[str, tuple[np.ndarray, np.ndarray, float, int]] = {}
     if "black-box" in threat_models:
         if decision == "similarity":
-            tau, c = _threshold_counts(h_in["bb"], h_out["bb"], k, confidence, delta, objective)
-            est["black-box"] = estimates_from_counts(*c, threat_model="black-box", confidence=confidence, delta=delta,
-                                                     epsilon_theory=epsilon_theory, gdp_applicable=False,
-                                                     threshold=tau, selection_trials=2 * k, assumptions=note)
-            counts["black-box"] = ("threshold", tau)
-        else:
-            tp, fp = int(np.count_nonzero(h_in["bb"] > 0.5)), int(np.count_nonzero(h_out["bb"] > 0.5))
-            est["black-box"] = estimates_from_counts(tp, n_sample - tp, fp, n_sample - fp, threat_model="black-box",
-                                                     confidence=confidence, delta=delta,
-                                                     epsilon_theory=epsilon_theory, gdp_applicable=False,
-                                                     assumptions=note)
-            counts["black-box"] = ("guess", None)
-    s_in = s_out = None
-    tau_w = None
+            decisions["black-box"] = _thresholded(h_in["bb"], h_out["bb"], k, confidence, delta, objective)
+        else:  # the released candidate says y1 (1.0) or not (0.0): no threshold to choose, every draw counts
+            decisions["black-box"] = (h_in["bb"], h_out["bb"], 0.5, 0)
     if "white-box" in threat_models:
         key = "wb_ref" if statistic == "reference_vector" else "wb_margin"
         s_in, s_out = h_in[key], h_out[key]
         if np.isnan(s_in).any():  # no reference direction: a constant statistic
             s_in, s_out = np.zeros(n_sample), np.zeros(n_sample)
-        tau_w, c = _threshold_counts(s_in, s_out, k, confidence, delta, objective)
+        decisions["white-box"] = _thresholded(s_in, s_out, k, confidence, delta, objective)
+    est: dict[str, Estimates] = {}
+    for tm, (a_in, a_out, tau, start) in decisions.items():
+        white = tm == "white-box"
         # The projection on a fixed v is Gaussian with the same variance under both hypotheses.
-        est["white-box"] = estimates_from_counts(*c, threat_model="white-box", confidence=confidence, delta=delta,
-                                                 epsilon_theory=epsilon_theory,
-                                                 gdp_applicable=statistic == "reference_vector", threshold=tau_w,
-                                                 selection_trials=2 * k, assumptions=note + [f"statistic: {statistic}"])
+        est[tm] = estimates_from_counts(
+            *_counts_white(a_in[start:], a_out[start:], tau), threat_model=tm, confidence=confidence, delta=delta,
+            epsilon_theory=epsilon_theory, gdp_applicable=white and statistic == "reference_vector",
+            threshold=tau if start else None, selection_trials=2 * start,
+            assumptions=note + ([f"statistic: {statistic}"] if white else []))
     conv: list[dict[str, Any]] = []
     if convergence:
         for m in _sizes(n_sample):
             row: dict[str, Any] = {"n_sample": m, "n_llm": len(draws_with) + len(draws_without)}
-            if "black-box" in est:
-                kind, tau = counts["black-box"]
-                if kind == "guess":
-                    tp, fp = int(np.count_nonzero(h_in["bb"][:m] > 0.5)), int(np.count_nonzero(h_out["bb"][:m] > 0.5))
-                    c = (tp, m - tp, fp, m - fp)
-                else:
-                    mm = min(m, n_sample - k)
-                    tp = int(np.count_nonzero(h_in["bb"][k:k + mm] > tau))
-                    fp = int(np.count_nonzero(h_out["bb"][k:k + mm] > tau))
-                    c = (tp, mm - tp, fp, mm - fp)
-                e = estimates_from_counts(*c, threat_model="black-box", confidence=confidence, delta=delta,
+            for tm, (a_in, a_out, tau, start) in decisions.items():
+                mm = min(m, n_sample - start)  # tau from the selection draws; counted on the first mm after them
+                e = estimates_from_counts(*_counts_white(a_in[start:start + mm], a_out[start:start + mm], tau),
+                                          threat_model=tm, confidence=confidence, delta=delta,
                                           epsilon_theory=epsilon_theory, gdp_applicable=False)
-                row["black_box_epsilon_lower"] = e.epsilon_lower
-            if s_in is not None:
-                mm = min(m, n_sample - k)
-                tp = int(np.count_nonzero(s_in[k:k + mm] > tau_w))
-                fp = int(np.count_nonzero(s_out[k:k + mm] > tau_w))
-                e = estimates_from_counts(tp, mm - tp, fp, mm - fp, threat_model="white-box", confidence=confidence,
-                                          delta=delta, epsilon_theory=epsilon_theory, gdp_applicable=False)
-                row["white_box_epsilon_lower"] = e.epsilon_lower
-                row["white_box_epsilon_gdp"] = e.epsilon_gdp
+                key = tm.replace("-", "_")
+                row[f"{key}_epsilon_lower"] = e.epsilon_lower
+                if tm == "white-box":
+                    row[f"{key}_epsilon_gdp"] = e.epsilon_gdp
             conv.append(row)
     n = min(len(draws_with), len(draws_without))
     if convergence and n >= 4:
@@ -215,9 +196,10 @@ def esa_bootstrap(
                 row[f"{tm.replace('-', '_')}_epsilon_gdp"] = e.epsilon_gdp
             conv.append(row)
     keep = min(20_000, n_sample)
+    wb = decisions.get("white-box")
     return BootstrapResult(
         len(draws_with) + len(draws_without), n_sample, est, conv, time.perf_counter() - t0,
-        None if s_in is None else s_in[:keep].copy(), None if s_out is None else s_out[:keep].copy(),
+        None if wb is None else wb[0][:keep].copy(), None if wb is None else wb[1][:keep].copy(),
         ["the Clopper-Pearson bound holds for the simulated mechanism (ESA's noise on the empirical distribution "
          "of clean means and candidates); bootstrap spread is not a confidence interval"],
     )
