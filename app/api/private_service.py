@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fastapi.concurrency import run_in_threadpool
 
@@ -149,15 +149,8 @@ async def classify(
 
     rng = noise_rng(rt, seed)
     t0 = time.perf_counter()
-    def _run():
-        from app.llm.remote import cache_salt_scope
-
-        # Remote (vLLM) prefix caches are shared within a tenant only (CVE-2025-46570 side channel).
-        with cache_salt_scope(principal.tenant_id):
-            return mech.classify(lm, exemplars, query, labels, template, parsed, rng)
-
     try:
-        result = await run_in_threadpool(_run)
+        result = await run_for_tenant(principal, mech.classify, lm, exemplars, query, labels, template, parsed, rng)
     except (MechanismParamError, ValueError) as exc:
         raise _mechanism_error(exc) from None
     full = result.to_dict()
@@ -178,6 +171,18 @@ async def classify(
     return await charge_and_release(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
         params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+
+
+async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: Any) -> Any:
+    """The model work of one answer, in a worker thread, with remote (vLLM) prefix caches shared
+    within the caller's tenant only (CVE-2025-46570 side channel); shared by every private route."""
+    from app.llm.remote import cache_salt_scope
+
+    def _run() -> Any:
+        with cache_salt_scope(principal.tenant_id):
+            return fn(*args)
+
+    return await run_in_threadpool(_run)
 
 
 async def replay_or_precheck(

@@ -32,8 +32,9 @@ from app.api.errors import APIError
 from app.api.private_service import (
     PrivateAnswer,
     charge_and_release,
-    replay_or_precheck,
     noise_rng,
+    replay_or_precheck,
+    run_for_tenant,
     visible,
 )
 from app.runtime import Runtime
@@ -189,17 +190,10 @@ async def generate(
 
     rng = noise_rng(rt, seed)
 
-    def _run():
-        from app.llm.remote import cache_salt_scope
-
-        # Remote (vLLM) prefix caches are shared within a tenant only (CVE-2025-46570 side channel).
-        with cache_salt_scope(principal.tenant_id):
-            return mech.run(req, lm, emb, rng)
-
     t0 = time.perf_counter()
     try:
         # The one call a ledger wraps: everything model-side happens here, in a worker thread.
-        result = await run_in_threadpool(_run)
+        result = await run_for_tenant(principal, mech.run, req, lm, emb, rng)
     except (MechanismParamError, ValueError) as exc:
         raise _mech_error(exc) from None
     full = result.to_dict(include_internals=True)
