@@ -14,7 +14,7 @@ import httpx
 from typer.testing import CliRunner
 
 from app.cli import cli
-from app.cli_audit import (
+from app.cli.audit import (
     EXIT_ERROR,
     EXIT_PASS,
     EXIT_TIMEOUT,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli_privacy import privacy_app
+from app.cli.privacy import privacy_app
 from app.privacy import (
     calibrate_clip_softmax,
     epsilon_lower_bound,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from app.cli_privacy import privacy_app
+from app.cli.privacy import privacy_app
 from app.privacy import gdp_epsilon, service
 
 

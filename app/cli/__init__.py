@@ -1,29 +1,19 @@
-"""The ``dpicl`` command: serve, migrate, models, privacy (and later worker, audit)."""
+"""The ``dpicl`` command: serve, migrate, models; one module per command group (audit, keys, privacy, worker)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from typing import Optional
 
 import typer
 
-from app.config import SettingsError, load_settings
+from app.cli import audit as _audit
+from app.cli import keys as _keys
+from app.cli import privacy as _privacy
+from app.cli import worker as _worker
+from app.cli.common import _configure_logging, _settings
 
 cli = typer.Typer(help="dpicl: differentially private in-context learning, served and audited.", no_args_is_help=True)
-
-
-def _settings(**overrides):
-    try:
-        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
-    except SettingsError as exc:
-        typer.echo(f"dpicl: {exc}", err=True)
-        raise typer.Exit(2)
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 @cli.command()
@@ -87,35 +77,13 @@ def models(
             typer.echo(f"{r['name']:<28} {r['kind']:<9} {r['backend']:<7} {r['source']}{extra}")
 
 
-def _mount_optional() -> None:
-    """Feature CLIs: ``app.cli_<name>`` exports ``<name>_app`` (a Typer) or ``register(cli)``."""
-    import importlib
-
-    for name, help_ in (
-        ("privacy", "Privacy math: calibrate, convert, empirical bounds."),
-        ("audit", "Audit jobs: submit, wait, CI verdicts."),
-        ("keys", "API keys: create, list, revoke."),
-        ("worker", None),
-    ):
-        mod = f"app.cli_{name}"
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if not (exc.name and mod.startswith(exc.name)):
-                raise
-            continue
-        if hasattr(m, "register"):
-            m.register(cli)
-        else:
-            cli.add_typer(getattr(m, f"{name}_app"), name=name, help=help_)
-
-
-_mount_optional()
+# Explicit registration: a command group that fails to import is an error, not a missing feature.
+cli.add_typer(_privacy.privacy_app, name="privacy", help="Privacy math: calibrate, convert, empirical bounds.")
+cli.add_typer(_audit.audit_app, name="audit", help="Audit jobs: submit, wait, CI verdicts.")
+cli.add_typer(_keys.keys_app, name="keys", help="API keys: create, list, revoke.")
+_worker.register(cli)
 
 
 def main() -> None:
     cli()
 
-
-if __name__ == "__main__":
-    main()

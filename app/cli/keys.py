@@ -10,7 +10,7 @@ keys_app = typer.Typer(no_args_is_help=True)
 
 
 def _db():
-    from app.cli import _settings
+    from app.cli.common import _settings
     from app.store import Database
     from app.store import migrate as m
 

@@ -24,7 +24,9 @@ import typer
 
 audit_app = typer.Typer(help="Audit jobs: submit, wait, CI verdicts.", no_args_is_help=True)
 
-EXIT_PASS, EXIT_VIOLATION, EXIT_ERROR, EXIT_TIMEOUT = 0, 1, 2, 3
+# 0 pass, 1 violation, 2 error, 3 timeout, 4 inconclusive (no violation seen, but the audit could
+# not have seen one: too few trials or a design blind to the alternatives; see verdict_reason).
+EXIT_PASS, EXIT_VIOLATION, EXIT_ERROR, EXIT_TIMEOUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -47,10 +49,21 @@ class Deadline:
         return self.end is not None and time.monotonic() >= self.end
 
 
+def _without_keys(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: ("[redacted]" if k == "api_key" and v is not None else _without_keys(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_without_keys(v) for v in obj]
+    return obj
+
+
 def idempotency_key(body: dict[str, Any], run_id: str | None) -> str:
     """The request's hash (kind, config and claims), plus ``--run-id``: re-running the same CI step
-    gets the same job back; a new pipeline run (a new run id) gets a new job."""
-    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:40]
+    gets the same job back; a new pipeline run (a new run id) gets a new job. Target keys are left out: the
+    server stores this key, and an unkeyed hash of a key is one guess away from it (the server compares keys
+    by HMAC, so a changed key under the same run id is a 409, not the old job)."""
+    canonical = json.dumps(_without_keys(body), sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:40]
     return f"ci-{digest}" + (f"-{run_id}" if run_id else "")
 
 
@@ -177,7 +190,9 @@ def _summary(job: dict) -> str:
     parts = [f"measured epsilon {measured:.6g}" if isinstance(measured, (int, float)) else "no measured epsilon"]
     if job.get("claimed_delta") is not None and isinstance(result.get("delta"), (int, float)):
         parts.append(f"delta {result['delta']:.3g} (claimed {job['claimed_delta']:.3g})")
-    rel = {"pass": "<=", "violation": ">"}.get(job.get("verdict") or "", "vs")
+    rel = "vs"
+    if isinstance(measured, (int, float)) and claim is not None:
+        rel = ">" if measured > claim else "<="
     return f"{', '.join(parts)} {rel} claimed epsilon {claim:g}" if claim is not None else ", ".join(parts)
 
 
@@ -187,7 +202,11 @@ def _outcome(job: dict) -> tuple[int, str]:
         if job.get("verdict") == "pass":
             return EXIT_PASS, f"PASS: {_summary(job)}"
         if job.get("verdict") == "violation":
-            return EXIT_VIOLATION, f"VIOLATION: {_summary(job)}"
+            reason = job.get("verdict_reason")
+            return EXIT_VIOLATION, f"VIOLATION: {_summary(job)}" + (f" ({reason})" if reason else "")
+        if job.get("verdict") == "inconclusive":
+            return EXIT_INCONCLUSIVE, (f"INCONCLUSIVE: {_summary(job)}; {job.get('verdict_reason') or 'no reason given'}"
+                                       " (plan a design: dpicl audit plan)")
         return EXIT_ERROR, "ERROR: the job finished without a verdict (its result has no epsilon to compare)"
     if status == "failed":
         err = job.get("error") or {}
@@ -196,21 +215,25 @@ def _outcome(job: dict) -> tuple[int, str]:
 
 
 def write_junit(path: Path, *, kind: str, claimed_epsilon: float, job: dict | None, job_url: str | None,
-                code: int, message: str, seconds: float) -> None:
-    """One test case per audit: <failure> for a violation, <error> for errors and time-outs."""
+                code: int, message: str, seconds: float, inconclusive_as: str = "skipped") -> None:
+    """One test case per audit: <failure> for a violation, <error> for errors and time-outs;
+    inconclusive as <skipped> or <failure> (``inconclusive_as``)."""
     name = f"{kind} audit: epsilon within claimed {claimed_epsilon:g}"
     classname = f"dpicl.audit.{kind}"
-    failures = 1 if code == EXIT_VIOLATION else 0
+    inconclusive = code == EXIT_INCONCLUSIVE
+    failures = 1 if code == EXIT_VIOLATION or (inconclusive and inconclusive_as == "failure") else 0
     errors = 1 if code in (EXIT_ERROR, EXIT_TIMEOUT) else 0
+    skipped = 1 if inconclusive and inconclusive_as == "skipped" else 0
     stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     suites = ET.Element("testsuites", name="dpicl audit", tests="1", failures=str(failures), errors=str(errors),
                         time=f"{seconds:.3f}")
     suite = ET.SubElement(suites, "testsuite", name=classname, tests="1", failures=str(failures),
-                          errors=str(errors), skipped="0", time=f"{seconds:.3f}", timestamp=stamp)
+                          errors=str(errors), skipped=str(skipped), time=f"{seconds:.3f}", timestamp=stamp)
     props = ET.SubElement(suite, "properties")
     result = (job or {}).get("result") or {}
     for k, v in (("job_id", (job or {}).get("id")), ("job_url", job_url), ("status", (job or {}).get("status")),
-                 ("verdict", (job or {}).get("verdict")), ("claimed_epsilon", claimed_epsilon),
+                 ("verdict", (job or {}).get("verdict")), ("verdict_reason", (job or {}).get("verdict_reason")),
+                 ("claimed_epsilon", claimed_epsilon),
                  ("claimed_delta", (job or {}).get("claimed_delta")), ("measured_epsilon", result.get("epsilon")),
                  ("measured_delta", result.get("delta"))):
         if v is not None:
@@ -219,6 +242,11 @@ def write_junit(path: Path, *, kind: str, claimed_epsilon: float, job: dict | No
     if code == EXIT_VIOLATION:
         el = ET.SubElement(case, "failure", message=message, type="PrivacyClaimViolation")
         el.text = message
+    elif inconclusive and inconclusive_as == "failure":
+        el = ET.SubElement(case, "failure", message=message, type="AuditInconclusive")
+        el.text = message
+    elif inconclusive:
+        ET.SubElement(case, "skipped", message=message)
     elif code == EXIT_TIMEOUT:
         el = ET.SubElement(case, "error", message=message, type="Timeout")
         el.text = message
@@ -250,8 +278,12 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
     retries: int = typer.Option(8, "--retries", min=0, max=50,
                                 help="retries per request on network errors, 429 and 5xx (with back-off)"),
+    inconclusive_as: str = typer.Option("skipped", "--junit-inconclusive", help="JUnit: skipped | failure"),
 ) -> None:
-    """Submit an audit and, with --wait, exit 0 (within the claim), 1 (violation), 2 (error) or 3 (timeout)."""
+    """Submit an audit and, with --wait, exit 0 (pass), 1 (violation), 2 (error), 3 (timeout) or 4 (inconclusive)."""
+    if inconclusive_as not in ("skipped", "failure"):
+        typer.echo("dpicl: --junit-inconclusive must be skipped or failure", err=True)
+        raise typer.Exit(EXIT_ERROR)
     t0 = time.monotonic()
     deadline = Deadline(timeout)
     info = sys.stderr if as_json else sys.stdout
@@ -309,8 +341,55 @@ def run(
         print(json.dumps(job if job is not None else {"error": {"message": message}}, indent=2), flush=True)
     if junit is not None:
         write_junit(junit, kind=body.get("kind", "audit"), claimed_epsilon=claimed_epsilon, job=job, job_url=job_url,
-                    code=code, message=message, seconds=time.monotonic() - t0)
+                    code=code, message=message, seconds=time.monotonic() - t0, inconclusive_as=inconclusive_as)
     raise typer.Exit(code)
+
+
+@audit_app.command("plan")
+def plan(
+    server: str = typer.Option(..., "--server", envvar="DPICL_SERVER", help="base URL, e.g. http://dpicl:8000"),
+    config: Path = typer.Option(..., "--config", help="JSON: {\"kind\", \"config\"} or a bare canary_mia config"),
+    claimed_epsilon: Optional[float] = typer.Option(None, "--claimed-epsilon", min=0, help="the epsilon you claim"),
+    seconds_per_trial: Optional[float] = typer.Option(None, "--seconds-per-trial", min=0,
+                                                      help="measured speed, for the predicted time"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan JSON"),
+) -> None:
+    """Plan a canary_mia audit: trials per design that detect config.power.alternatives (POST /v1/audits/plan)."""
+    try:
+        body = _load_body(config, "canary_mia")
+        req: dict[str, Any] = {"kind": body["kind"], "config": body["config"]}
+        if claimed_epsilon is not None:
+            req["claimed_epsilon"] = claimed_epsilon
+        if seconds_per_trial is not None:
+            req["seconds_per_trial"] = seconds_per_trial
+        client = Client(server, Deadline(120))
+        try:
+            r = client.request("POST", "/v1/audits/plan", json=req)
+        finally:
+            client.close()
+        if r.status_code != 200:
+            raise CLIError(f"the service refused the plan: {_error_text(r)}")
+    except CLIError as exc:
+        typer.echo(f"dpicl: {exc.message}", err=True)
+        raise typer.Exit(EXIT_ERROR)
+    out = r.json()
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        raise typer.Exit(EXIT_PASS if out.get("recommended") else EXIT_INCONCLUSIVE)
+    typer.echo(f"claim epsilon {out['claimed_epsilon']:g}, detect {', '.join(out['alternatives'])} with "
+               f"P >= {out['min_detection']:g} (confidence {out['confidence']:.4g})")
+    for d in out["designs"]:
+        n = d["trials"]
+        what = f"{n} trials, {d['model_calls']} model calls" if n else "infeasible: " + "; ".join(d["reasons"])
+        if n and d.get("seconds") is not None:
+            what += f", ~{d['seconds']:.0f} s"
+        typer.echo(f"  {d['threat_model']:<9} partitions {d['partitions']:<2} {what}")
+    rec = out.get("recommended")
+    typer.echo(f"recommended: {rec['threat_model']}, partitions {rec['partitions']}, trials {rec['trials']}" if rec
+               else "no single design detects every alternative")
+    for n in out["notes"]:
+        typer.echo(f"  note: {n}")
+    raise typer.Exit(EXIT_PASS if rec else EXIT_INCONCLUSIVE)
 
 
 @audit_app.command("status")

@@ -23,7 +23,7 @@ def register(cli: typer.Typer) -> None:
         import asyncio
         import logging
 
-        from app.cli import _configure_logging, _settings
+        from app.cli.common import _configure_logging, _settings
         from app.jobs.pg_transport import run_worker
 
         settings = _settings()
