@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, IPvAnyNetwork, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, IPvAnyNetwork, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -90,11 +90,19 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
     webhook_max_attempts: int = Field(default=6, ge=1)
     webhook_backoff_seconds: float = Field(default=2.0, gt=0)
-    # Webhook egress policy (app/jobs/egress.py): public addresses only unless allowed here.
-    # Lists: JSON ('["a","b"]') or comma-separated.
+    # Egress policy (app/jobs/egress.py) of webhooks and remote audit targets: public addresses only
+    # unless allowed here. DPICL_EGRESS_* are the names; DPICL_WEBHOOK_* (older) are aliases, used when
+    # the DPICL_EGRESS_* one is unset. Lists: JSON ('["a","b"]') or comma-separated.
+    egress_allow_private: bool | None = None
+    egress_allowed_networks: Annotated[list[IPvAnyNetwork] | None, NoDecode] = None
+    egress_allowed_hosts: Annotated[list[str] | None, NoDecode] = None
     webhook_allow_private: bool = False
     webhook_allowed_networks: Annotated[list[IPvAnyNetwork], NoDecode] = Field(default_factory=list)
     webhook_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Credentials of audited targets at rest (app/jobs/secrets.py): comma-separated Fernet keys; the
+    # first encrypts, every one decrypts (rotation: put the new key first, keep the old ones until
+    # no stored job needs them).
+    secrets_key: SecretStr | None = None
 
     @field_validator("database_url")
     @classmethod
@@ -103,7 +111,8 @@ class Settings(BaseSettings):
             raise ValueError("must be a sqlite:/// or postgresql:// URL")
         return v
 
-    @field_validator("webhook_allowed_networks", "webhook_allowed_hosts", mode="before")
+    @field_validator("webhook_allowed_networks", "webhook_allowed_hosts", "egress_allowed_networks",
+                     "egress_allowed_hosts", mode="before")
     @classmethod
     def _split_list(cls, v):
         if isinstance(v, str):
@@ -113,9 +122,11 @@ class Settings(BaseSettings):
             return [x.strip() for x in v.split(",") if x.strip()]
         return v
 
-    @field_validator("webhook_allowed_hosts")
+    @field_validator("webhook_allowed_hosts", "egress_allowed_hosts")
     @classmethod
-    def _check_hosts(cls, v: list[str]) -> list[str]:
+    def _check_hosts(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return None
         out = []
         for h in v:
             h = h.strip().rstrip(".").lower()
@@ -124,6 +135,33 @@ class Settings(BaseSettings):
                 raise ValueError(f"{h!r} is not a host name, '*.domain' or IP address")
             out.append(h)
         return out
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _check_secrets_key(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value().strip():
+            return None
+        from cryptography.fernet import Fernet
+
+        for i, k in enumerate(x.strip() for x in v.get_secret_value().split(",")):
+            try:
+                Fernet(k)
+            except ValueError:
+                raise ValueError(f"entry {i + 1} is not a Fernet key (32 url-safe base64-encoded bytes; make one "
+                                 "with: python -c 'from cryptography.fernet import Fernet; "
+                                 "print(Fernet.generate_key().decode())')") from None
+        return v
+
+    @model_validator(mode="after")
+    def _egress_aliases(self) -> "Settings":
+        # DPICL_EGRESS_* wins; unset, the older DPICL_WEBHOOK_* name applies (the same policy).
+        if self.egress_allow_private is None:
+            self.egress_allow_private = self.webhook_allow_private
+        if self.egress_allowed_networks is None:
+            self.egress_allowed_networks = list(self.webhook_allowed_networks)
+        if self.egress_allowed_hosts is None:
+            self.egress_allowed_hosts = list(self.webhook_allowed_hosts)
+        return self
 
     @field_validator("model_cache_dir", "artifacts_dir")
     @classmethod

@@ -1,19 +1,22 @@
-"""Egress policy of webhooks: where the server may POST (SSRF protection).
+"""Egress policy of webhooks and remote audit targets: where the server may connect (SSRF protection).
 
-A webhook URL is chosen by whoever submits the job, and the server (or a worker)
-POSTs to it from inside the deployment's network. Unchecked, that lets a tenant
+A webhook URL or an audit's ``target.url`` is chosen by whoever submits the job, and the
+server (or a worker) POSTs to it from inside the deployment's network. Unchecked, that lets a tenant
 reach the cloud metadata service (169.254.169.254), the database, admin ports on
 loopback and anything else on the private network. The policy, from the settings:
 
 - ``http``/``https`` only; no credentials (``user:pass@``) in the URL;
-- ``DPICL_WEBHOOK_ALLOWED_HOSTS`` (empty: any host): if set, the URL's host must be
+- ``DPICL_EGRESS_ALLOWED_HOSTS`` (empty: any host): if set, the URL's host must be
   one of these names (``hooks.example.com``) or a subdomain of a ``*.example.com``
   entry; IP literals must be listed as they are written;
 - every address the host resolves to must be public: not loopback, private,
   link-local, multicast, reserved, unspecified, shared (100.64/10) or otherwise
   not globally routable, IPv4 embedded in IPv6 (``::ffff:a.b.c.d``, 6to4, NAT64)
-  judged by its IPv4 address, unless ``DPICL_WEBHOOK_ALLOW_PRIVATE`` is true or the
-  address lies in one of ``DPICL_WEBHOOK_ALLOWED_NETWORKS``.
+  judged by its IPv4 address, unless ``DPICL_EGRESS_ALLOW_PRIVATE`` is true or the
+  address lies in one of ``DPICL_EGRESS_ALLOWED_NETWORKS``.
+
+The older names ``DPICL_WEBHOOK_ALLOW_PRIVATE``, ``DPICL_WEBHOOK_ALLOWED_NETWORKS`` and
+``DPICL_WEBHOOK_ALLOWED_HOSTS`` are aliases, used where the ``DPICL_EGRESS_*`` name is unset.
 
 Two checks. At submit time (:func:`check_url`, no DNS): the scheme, credentials,
 the host list, and the address if the host is an IP literal (also the legacy
@@ -43,8 +46,8 @@ if typing.TYPE_CHECKING:
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
-HINT = ("webhooks go to public addresses only (an operator may allow others with DPICL_WEBHOOK_ALLOWED_NETWORKS "
-        "or DPICL_WEBHOOK_ALLOW_PRIVATE=true)")
+HINT = ("the server connects to public addresses only (an operator may allow others with "
+        "DPICL_EGRESS_ALLOWED_NETWORKS or DPICL_EGRESS_ALLOW_PRIVATE=true)")
 
 
 class EgressRefused(Exception):
@@ -82,9 +85,9 @@ def _why_not_public(addr: IPAddress) -> str | None:
 def refusal(addr: IPAddress, settings: Settings) -> str | None:
     """What ``addr`` is ("a loopback address", ...) when the policy refuses it, else None."""
     why = _why_not_public(addr)
-    if why is None or settings.webhook_allow_private:
+    if why is None or settings.egress_allow_private:
         return None
-    if any(addr in net for net in settings.webhook_allowed_networks):
+    if any(addr in net for net in settings.egress_allowed_networks or ()):
         return None
     return why
 
@@ -104,7 +107,7 @@ def _literal(host: str) -> IPAddress | None:
 
 
 def host_allowed(host: str, settings: Settings) -> bool:
-    allowed = settings.webhook_allowed_hosts
+    allowed = settings.egress_allowed_hosts
     if not allowed:
         return True
     for entry in allowed:
@@ -116,34 +119,37 @@ def host_allowed(host: str, settings: Settings) -> bool:
     return False
 
 
-def check_url(url: str, settings: Settings) -> str:
-    """The static checks (no DNS); returns the host. Raises EgressRefused with a message for the submitter."""
+def check_url(url: str, settings: Settings, field: str = "webhook_url") -> str:
+    """The static checks (no DNS); returns the host. Raises EgressRefused with a message for the submitter
+    that starts with ``field`` (the request field that holds the URL)."""
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
         parts.port  # noqa: B018 (raises on a bad port)
     except ValueError as exc:
-        raise EgressRefused(f"webhook_url is not a valid URL ({exc})") from None
+        raise EgressRefused(f"{field} is not a valid URL ({exc})") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise EgressRefused(f"webhook_url: scheme {scheme or '(none)'!r} is not allowed; use http or https")
+        raise EgressRefused(f"{field}: scheme {scheme or '(none)'!r} is not allowed; use http or https")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise EgressRefused(
-            "webhook_url must not carry credentials (user:password@host); deliveries are authenticated by "
-            "the X-DPICL-Signature header instead"
+            f"{field} must not carry credentials (user:password@host); "
+            + ("deliveries are authenticated by the X-DPICL-Signature header instead" if field == "webhook_url"
+               else "give the key as api_key_env or api_key")
         )
     host = (hostname or "").rstrip(".").lower()
     if not host:
-        raise EgressRefused("webhook_url has no host")
+        raise EgressRefused(f"{field} has no host")
     if not host_allowed(host, settings):
-        raise EgressRefused(f"webhook_url: host {host!r} is not one of DPICL_WEBHOOK_ALLOWED_HOSTS")
+        raise EgressRefused(f"{field}: host {host!r} is not one of DPICL_EGRESS_ALLOWED_HOSTS "
+                             "(alias DPICL_WEBHOOK_ALLOWED_HOSTS)")
     addr = _literal(host)
     if addr is None and (host == "localhost" or host.endswith(".localhost")):
         addr = ipaddress.IPv4Address("127.0.0.1")  # RFC 6761: always loopback
     if addr is not None:
         why = refusal(addr, settings)
         if why:
-            raise EgressRefused(f"webhook_url: {host} is {why}", HINT)
+            raise EgressRefused(f"{field}: {host} is {why}", HINT)
     return host
 
 
@@ -187,7 +193,7 @@ class VettingBackend(httpcore.NetworkBackend):
         raise last
 
     def connect_unix_socket(self, *args, **kwargs):  # pragma: no cover - never configured
-        raise EgressRefused("unix sockets are not a webhook destination")
+        raise EgressRefused("unix sockets are not an egress destination")
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
@@ -196,13 +202,14 @@ class VettingBackend(httpcore.NetworkBackend):
 class VettingTransport(httpx.HTTPTransport):
     """httpx's own transport with its connection pool on :class:`VettingBackend` (no proxy, no unix socket)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, keepalive: int = 0) -> None:
         super().__init__(trust_env=False)
         ssl_context = httpx.create_ssl_context(trust_env=False)
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             max_connections=10,
-            max_keepalive_connections=0,
+            # Kept-alive connections are to a vetted address: reuse cannot bypass the check.
+            max_keepalive_connections=keepalive,
             network_backend=VettingBackend(settings),
         )
 
