@@ -49,6 +49,7 @@ from app.audit.queries import (
     get_strategy,
     resolve_query,
 )
+from app.audit.gateway import RetryPolicy, TargetError, TargetUnavailableError
 from app.audit.targets import (
     BrokenPoE,
     BrokenVoting,
@@ -59,6 +60,7 @@ from app.audit.targets import (
 )
 
 __all__ = [
+    "RetryPolicy", "TargetError", "TargetUnavailableError",
     "BUGS", "CANARY_KINDS", "DEFENCE_LEVELS", "REFUSAL_LABEL", "BrokenPoE", "defend_instruction", "judge_says_attack",
     "parse_defence", "poe_noise", "DEFAULT_N_SAMPLE", "FALSE_FACTS", "INSERTIONS", "QUERY_STRATEGIES", "THREAT_MODELS",
     "AttackQuery", "BootstrapResult", "BrokenVoting", "CampaignConfig", "CampaignResult", "Canary", "Estimates",

@@ -32,6 +32,7 @@ import numpy as np
 
 from app.audit.bootstrap import DEFAULT_N_SAMPLE, BootstrapResult, bootstrap_audit
 from app.audit.canaries import Canary
+from app.audit.conformance import ConformanceResult, ReleaseFloorResult, noise_conformance, release_floor
 from app.audit.estimates import (
     STATISTICS,
     THREAT_MODELS,
@@ -100,6 +101,11 @@ class CampaignResult:
     threshold: float | None = None
     bootstrap: BootstrapResult | None = None
     notes: list[str] = field(default_factory=list)
+    # For the power report (app.audit.power): clean votes per hypothesis, observed or None.
+    votes_with: np.ndarray | None = None
+    votes_without: np.ndarray | None = None
+    conformance: ConformanceResult | None = None  # white-box noise conformance (app.audit.conformance)
+    release_floor: ReleaseFloorResult | None = None  # black-box: releases too deterministic for the noise
 
     @property
     def violation(self) -> bool | None:
@@ -116,6 +122,8 @@ class CampaignResult:
             "violation": self.violation, "model_calls": self.model_calls,
             "naive_model_calls": self.naive_model_calls, "seconds": self.seconds, "threshold": self.threshold,
             "bootstrap": None if self.bootstrap is None else self.bootstrap.to_dict(), "notes": self.notes,
+            "conformance": None if self.conformance is None else self.conformance.to_dict(),
+            "release_floor": None if self.release_floor is None else self.release_floor.to_dict(),
         }
 
 
@@ -186,11 +194,12 @@ def _child_rngs(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
 def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
     plan = plan_trials(ex, attack.canary.exemplar(), config.trials, config.insertion, rng)
     rngs = _child_rngs(rng, len(plan))
-    labels, scores, bb_scores, vectors = [], [], [], []
+    labels, scores, bb_scores, vectors, cleans = [], [], [], [], []
     for i, (ctx, g) in enumerate(zip(plan.contexts, rngs)):
         obs = target.observe(ctx, attack, g)
         labels.append(obs.label)
         scores.append(obs.noisy_scores)
+        cleans.append(getattr(obs, "clean_votes", None))
         bb_scores.append(getattr(obs, "score", None))
         vectors.append(getattr(obs, "noisy_vector", None))
         if (i + 1) % max(1, len(plan) // 100) == 0 or i + 1 == len(plan):  # at most ~100 progress points
@@ -244,11 +253,50 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
         if stat is not None:
             row["statistic"] = float(stat[i])
         trials.append(row)
+    extras: dict[str, Any] = {}
+    noise = None if generation_attack(attack) else _noise(target, len(ex))
+    released = [attack.labels.index(lab) if lab in attack.labels else -1 for lab in labels]
+    # An L3 judge may replace a release after the noise: the release is no longer the argmax.
+    judged = getattr(target, "defence", "none") == "L3"
+    if noise is not None and cleans and all(c is not None for c in cleans):
+        cv = np.vstack(cleans)
+        extras["votes_with"], extras["votes_without"] = cv[members], cv[~members]
+        if all(s is not None for s in scores):
+            extras["conformance"] = noise_conformance(cv, np.vstack(scores), None if judged else released,
+                                                      _claimed(noise),
+                                                      confidence=CONFORMANCE_CONFIDENCE(config.confidence))
+    parts = _partitions(target, len(ex))
+    if noise is not None and len(attack.labels) == 2 and parts and _mechanism_name(target) == "rnm" and not judged:
+        extras["release_floor"] = release_floor(released, attack.labels, _claimed(noise), parts,
+                                                confidence=CONFORMANCE_CONFIDENCE(config.confidence))
     return estimates, {
-        "model_calls": len(plan), "naive_model_calls": None, "trials": trials,
+        **extras, "model_calls": len(plan), "naive_model_calls": None, "trials": trials,
         "statistic_with": None if stat is None else stat[members],
         "statistic_without": None if stat is None else stat[~members], "threshold": tau,
     }
+
+
+def CONFORMANCE_CONFIDENCE(confidence: float) -> float:  # noqa: N802
+    """The conformance tests share one more 1 - confidence (half each): a correct target is called a
+    violation with probability <= 2 (1 - confidence) overall (the bound's plus theirs)."""
+    return 1.0 - (1.0 - confidence) / 2.0
+
+
+def _mechanism_name(target) -> str:
+    """rnm | poe | ...: a remote target's string, an in-process target's base mechanism; simulated
+    targets vote (rnm)."""
+    m = getattr(target, "base_name", None) or getattr(target, "mechanism", "rnm")
+    return m if isinstance(m, str) else getattr(m, "name", "")
+
+
+def generation_attack(attack) -> bool:
+    return isinstance(attack, GenerationAttack)
+
+
+def _claimed(noise):
+    from app.audit.power import claimed_noise
+
+    return claimed_noise(noise)
 
 
 def _noise(target, n: int):
@@ -280,7 +328,16 @@ def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, 
     trials = [{"call": i, "member": i % 2 == 0, "clean_votes": (vw if i % 2 == 0 else vo)[i // 2].tolist()}
               for i in range(2 * config.n_llm)]
     # tight-auditing 3.5: trials x 2 hypotheses x partitions prompts if every trial ran the model.
-    return _bootstrap_result(b, config, partitions, trials)
+    est, extras = _bootstrap_result(b, config, partitions, trials)
+    extras["votes_with"], extras["votes_without"] = np.array(vw), np.array(vo)
+    released = getattr(target, "released_log", None)
+    if released:  # a remote gateway's own releases during the clean calls: test ITS noise
+        rel, clean, noisy = zip(*released)
+        if all(x is not None for x in noisy):
+            extras["conformance"] = noise_conformance(
+                np.vstack(clean), np.vstack(noisy), [attack.labels.index(x) if x in attack.labels else -1 for x in rel],
+                _claimed(noise), confidence=CONFORMANCE_CONFIDENCE(config.confidence))
+    return est, extras
 
 
 def _clean_calls(target, ex, attack, config, rng, report) -> tuple[list, list]:
@@ -323,6 +380,8 @@ def _gen_bootstrap(target, ex, attack: GenerationAttack, config, rng, report, tm
 
 
 def _partitions(target, n: int) -> int | None:
+    if isinstance(getattr(target, "partitions", None), int):
+        return target.partitions
     params = getattr(target, "params", None) or {}
     t = params.get("partitions")
     if t:
@@ -343,3 +402,72 @@ def summary(result: CampaignResult) -> dict[str, Any]:
             v = getattr(e, f)
             out[f"{key}_{f}"] = None if v is None or (isinstance(v, float) and math.isnan(v)) else v
     return out
+
+
+def assess_power(result: CampaignResult, target, n_exemplars: int, claimed_epsilon: float, *,
+                 required: Sequence[str] | None = None, min_detection: float | None = None):
+    """The power report (``app.audit.power``) of a finished classification campaign against
+    ``claimed_epsilon``, or None where the target has no noise model (generation targets)."""
+    from app.audit.conformance import conformance_power
+    from app.audit.power import (
+        ALTERNATIVES,
+        DEFAULT_MIN_DETECTION,
+        DEFAULT_REQUIRED,
+        claimed_noise,
+        design_votes,
+        power_report,
+    )
+
+    noise = _noise(target, n_exemplars)
+    if noise is None or generation_attack(result.attack):
+        return None
+    noise = claimed_noise(noise)
+    attack = result.attack
+    parts = _partitions(target, n_exemplars)
+    if result.votes_with is not None and len(result.votes_with) and len(result.votes_without):
+        vw, vo, model = result.votes_with, result.votes_without, "observed"
+        model_note = f"the clean votes of {len(vw) + len(vo)} calls, as the target reported them"
+    else:
+        if _mechanism_name(target) != "rnm":
+            return None  # the one-vote design model is in vote counts; poe's scores are lam U
+        vw, vo = design_votes(len(attack.labels), parts or 1, attack.positive_index, attack.negative_index)
+        model = "assumed"
+        model_note = ("not observed (black-box): the best case for the auditor, the canary's partition votes "
+                      f"{attack.positive!r} and the others the other label (tight-auditing Lemma 3.1); if the "
+                      "model does not copy the canary, the real power is lower")
+    bb = result.estimates.get("black-box")
+    remote_bootstrap = result.bootstrap is not None and getattr(target, "released_log", None) is not None
+    if result.bootstrap is not None:  # the bound counts n_sample simulated trials per hypothesis
+        n1 = n0 = int(result.config.n_sample)
+        conf = bb.confidence if bb is not None else 1.0 - (1.0 - result.confidence) / len(result.estimates)
+    elif bb is not None:
+        n1, n0, conf = bb.tp + bb.fn, bb.fp + bb.tn, bb.confidence
+    else:  # white-box only: the black-box power of the same trials is a lower bound of its power
+        n1 = n0 = max(1, len(result.trials) // 2)
+        conf = result.confidence
+    conf_power = None
+    c = result.conformance
+    if c is not None:
+        conf_power = {name: (c.alpha if name == "claimed" else conformance_power(
+            c.noise, c.residuals, spec["noise_multiplier"], confidence=1.0 - c.alpha, winner_only=spec["winner_only"]))
+            for name, spec in ALTERNATIVES.items()}
+    rep = power_report(noise, vw, vo, attack.positive_index, n_members=n1, n_nonmembers=n0,
+                       claimed_epsilon=claimed_epsilon, confidence=conf, delta=result.delta, vote_model=model,
+                       vote_model_note=model_note, required=tuple(required or DEFAULT_REQUIRED),
+                       min_detection=DEFAULT_MIN_DETECTION if min_detection is None else min_detection,
+                       conformance=conf_power, partitions=parts,
+                       floor_threshold=None if result.release_floor is None or result.bootstrap is not None
+                       else result.release_floor.threshold)
+    if remote_bootstrap:
+        # The bootstrap's bound is on the auditor's re-applied noise: it cannot see the gateway's.
+        for name, a in rep.alternatives.items():
+            if name != "claimed":
+                a.detection_bound = 0.0
+                a.note = "bootstrap bound: the auditor's noise, not the gateway's; conformance only"
+        rep.reasons = [r for r in rep.reasons if not r.startswith("P(detect")]
+        for name in rep.required:
+            if rep.alternatives[name].detection < rep.min_detection:
+                rep.reasons.append(f"P(detect {name}) = {rep.alternatives[name].detection:.3g} < "
+                                   f"{rep.min_detection:g}: the noise conformance test needs more clean calls")
+        rep.sufficient = not rep.reasons
+    return rep

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from app.audit.gen_queries import GenerationAttack
-from app.audit.targets import Observation, gateway_client, gateway_json
+from app.audit.gateway import RetryPolicy, gateway_client, gateway_json, gateway_post
+from app.audit.targets import Observation
 
 Exemplar = tuple[str, str]
 REFUSAL = "None"  # ContextLeak App. B: "replace your answer with None"
@@ -214,7 +215,7 @@ class RemoteGenerationTarget:
     mechanism: str = "esa"
     params: dict[str, Any] = field(default_factory=dict)
     template: dict[str, Any] = field(default_factory=dict)
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a repr, a log line or a message
     white_box: bool = False
     seeded: bool = False
     max_tokens: int = 24
@@ -222,13 +223,15 @@ class RemoteGenerationTarget:
     budget_delta: float = 0.5
     timeout: float = 600.0
     client: Any = None
+    transport: Any = None
+    retry: RetryPolicy | None = None
     datasets: dict[str, str] = field(default_factory=dict)
     last_privacy: dict[str, Any] | None = None
     task = "generation"
 
     def __post_init__(self) -> None:
         if self.client is None:
-            self.client = gateway_client(self.base_url, self.api_key, self.timeout)
+            self.client = gateway_client(self.base_url, self.api_key, self.timeout, self.transport)
         self.decider = SignalDecider(self.embedder)
         self.name = f"remote:{self.base_url}"
         self.calls = 0
@@ -249,7 +252,8 @@ class RemoteGenerationTarget:
                 "exemplars": [{"input": a, "output": b} for a, b in context]}
         key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         if key not in self.datasets:
-            self.datasets[key] = self._check(self.client.post("/v1/datasets", json=body), "register dataset")["id"]
+            self.datasets[key] = gateway_post(self.client, "/v1/datasets", body, "register dataset", self.retry,
+                                               expect=("id",))["id"]
         return self.datasets[key]
 
     def _ask(self, context, attack, rng, internals: bool) -> dict[str, Any]:
@@ -260,7 +264,8 @@ class RemoteGenerationTarget:
         if self.seeded:
             body["seed"] = int(rng.integers(0, 2**62))
         self.calls += 1
-        out = self._check(self.client.post("/v1/private/generate", json=body), "private generate")
+        out = gateway_post(self.client, "/v1/private/generate", body, "private generate", self.retry,
+                           expect=("text",))
         self.last_privacy = out.get("privacy")
         return out
 

@@ -38,6 +38,7 @@ from app.audit.defences import (
     parse_defence,
     system_prompt_of,
 )
+from app.audit.gateway import RetryPolicy, gateway_client, gateway_json, gateway_post
 from app.audit.noise import VotingNoise, parse_bug, poe_noise, rnm_noise
 from app.audit.queries import AttackQuery
 
@@ -315,6 +316,11 @@ class SimulatedVotingTarget:
     def clean_votes(self, context, attack, rng) -> np.ndarray:
         return self._votes(context, attack).copy()
 
+    @property
+    def partitions(self) -> int:
+        """T: the votes cast (every partition votes once)."""
+        return int(round(float(self.votes_without.sum())))
+
     def noise(self, n_exemplars: int) -> VotingNoise:
         return self.noise_model
 
@@ -327,51 +333,38 @@ class SimulatedVotingTarget:
 # ---------------------------------------------------------------------------
 
 
-def gateway_client(base_url: str, api_key: str | None, timeout: float):
-    """An httpx client for a dpicl gateway (bearer key when given)."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
-
-
-def gateway_json(r, what: str) -> dict[str, Any]:
-    """The JSON body, or RuntimeError naming the gateway's error message and field."""
-    if r.status_code >= 400:
-        try:
-            err = r.json()["error"]
-            msg = f"{err.get('message')} (param {err.get('param')})"
-        except Exception:
-            msg = r.text[:300]
-        raise RuntimeError(f"{what}: HTTP {r.status_code}: {msg}")
-    return r.json()
-
-
 @dataclass
 class RemoteTarget:
     """A dpicl gateway: ``POST /v1/datasets`` (admin scope) per distinct context, then
     ``POST /v1/private/classify``. ``white_box`` asks for internals (needs the 'internals' scope);
     ``seeded`` sends a noise seed per trial (only servers with seeded noise allowed accept it).
-    ``budget_epsilon``: the budget each registered set gets (an audit spends one answer per trial)."""
+    ``budget_epsilon``: the budget each registered set gets (an audit spends one answer per trial).
+    ``transport``: the httpx transport under every connection (the job layer's egress policy);
+    ``retry``: connection errors, timeouts and 5xx are retried, then TargetUnavailableError (app.audit.gateway)."""
 
     base_url: str
     mechanism: str = "rnm"
     params: dict[str, Any] = field(default_factory=dict)
     template: dict[str, Any] = field(default_factory=dict)
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a repr, a log line or a message
     white_box: bool = False
     seeded: bool = False
     budget_epsilon: float = 1e6
     budget_delta: float = 0.5
     timeout: float = 300.0
     client: Any = None
+    transport: Any = None
+    retry: RetryPolicy | None = None
     name: str = "remote"
     datasets: dict[str, str] = field(default_factory=dict)
     last_privacy: dict[str, Any] | None = None
+    # (released label, clean scores, noisy scores) of every clean call: the gateway's own noise,
+    # which the bootstrap's re-applied noise never shows (app.audit.conformance tests it).
+    released_log: list[tuple[str, np.ndarray, np.ndarray | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.client is None:
-            self.client = gateway_client(self.base_url, self.api_key, self.timeout)
+            self.client = gateway_client(self.base_url, self.api_key, self.timeout, self.transport)
         self.name = f"remote:{self.base_url}"
 
     def close(self) -> None:
@@ -396,7 +389,8 @@ class RemoteTarget:
             adj = self.params.get("adjacency")
             if adj:
                 body["budget"]["adjacency"] = adj
-            self.datasets[key] = self._check(self.client.post("/v1/datasets", json=body), "register dataset")["id"]
+            self.datasets[key] = gateway_post(self.client, "/v1/datasets", body, "register dataset", self.retry,
+                                               expect=("id",))["id"]
         return self.datasets[key]
 
     def _ask(self, context, attack, rng, internals: bool) -> dict[str, Any]:
@@ -409,7 +403,8 @@ class RemoteTarget:
             body["params"] = extra
         if self.seeded:
             body["seed"] = int(rng.integers(0, 2**62))
-        out = self._check(self.client.post("/v1/private/classify", json=body), "private classify")
+        out = gateway_post(self.client, "/v1/private/classify", body, "private classify", self.retry,
+                           expect=("label",))
         self.last_privacy = out.get("privacy")
         return out
 
@@ -425,6 +420,7 @@ class RemoteTarget:
         cv = _clean(out.get("internals"))
         if cv is None:
             raise ValueError(f"the gateway returned no pre-noise scores for {self.mechanism}")
+        self.released_log.append((out["label"], cv, _scores(out.get("internals"))))
         return cv
 
     def _mechanism_params(self) -> dict[str, Any]:

@@ -27,6 +27,10 @@ _MIN_WRITE_INTERVAL = 0.2
 class JobContext:
     """Handed to ``JobKind.run``. Not shared between threads other than the job's heartbeat."""
 
+    # The job's claim (set by the executor): kinds that plan power against it read it.
+    claimed_epsilon: float | None = None
+    claimed_delta: float | None = None
+
     def __init__(
         self,
         runtime: Runtime,

@@ -93,6 +93,7 @@ def execute_job(
 
     # Heartbeat from the first moment: looking up the kind and validating may take a while on a busy machine.
     ctx = JobContext(runtime, job_id=job_id, kind=kind_name, attempt=attempt, worker_id=worker_id, should_stop=should_stop)
+    ctx.claimed_epsilon, ctx.claimed_delta = claimed_epsilon, claimed_delta
     ctx.start_heartbeat()
     kind = registry.get_kind(kind_name, settings)
     if kind is None:

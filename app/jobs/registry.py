@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dpicl.jobs")
 
-Verdict = Literal["pass", "violation"]
+# pass: no violation seen by an audit that had the power to see one; violation: the measurement
+# refutes the claim; inconclusive: no violation seen, but the audit could not have seen one
+# (the reason is in result["verdict_reason"]).
+Verdict = Literal["pass", "violation", "inconclusive"]
 
 # Relative slack when comparing a measured epsilon with a claim: floating-point
 # noise in a conversion must not turn an exact claim into a violation.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from app.jobs.secrets import redact
 from app.store.job_tables import AuditJob
 
 API_PREFIX = "/v1/audits"
@@ -27,10 +28,11 @@ def job_resource(job: AuditJob, artifacts: list[dict[str, Any]]) -> dict[str, An
         "kind": job.kind,
         "status": job.status,
         "progress": {"fraction": round(float(job.progress or 0.0), 6), "message": job.progress_message},
-        "config": job.config,
+        "config": redact(job.config),  # credentials of audited targets are never returned
         "claimed_epsilon": job.claimed_epsilon,
         "claimed_delta": job.claimed_delta,
         "verdict": job.verdict,
+        "verdict_reason": (job.result or {}).get("verdict_reason") if isinstance(job.result, dict) else None,
         "result": job.result,
         "error": {"message": job.error, "code": job.error_code} if job.error else None,
         "cancel_requested": bool(job.cancel_requested),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from app.jobs import egress, registry
+from app.jobs import egress, registry, secrets
 from app.jobs import repository as repo
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.resource import job_resource, load_resource
@@ -81,6 +81,7 @@ def validate_config(settings: Settings, kind_name: str, config: dict[str, Any]) 
             errs.append((f"config.{loc}" if loc else "config", e.get("msg", "invalid value")))
         raise ConfigInvalid(errs) from None
     kind.check(model, settings)
+    secrets.check(model, settings)
     return kind, model
 
 
@@ -117,7 +118,9 @@ def submit(
             egress.check_url(webhook_url, settings)
         except egress.EgressRefused as exc:
             raise JobConfigError(str(exc), param="webhook_url") from None
-    digest = request_hash(kind_name, config, claimed_epsilon, claimed_delta, webhook_url)
+    # The stored hash and config hold no plain key: an HMAC in the hash, the encrypted key in the config.
+    digest = request_hash(kind_name, secrets.hash_view(config, settings), claimed_epsilon, claimed_delta, webhook_url)
+    secrets.seal(model, settings)
     with runtime.db.session() as s:
         job, created = repo.create_job(
             s,

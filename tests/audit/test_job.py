@@ -40,7 +40,8 @@ def test_correct_passes_and_broken_is_a_violation(client):
 def test_bootstrap_job_reports_convergence(client):
     job = submit(client, "canary_mia", {"target": {**SIM, "params": {**SIM["params"], "epsilon": 2.0}},
                                         "dataset": DATASET, "mode": "bootstrap", "n_llm": 4, "n_sample": 400_000,
-                                        "threat_model": "white-box", "objective": "mu", "seed": 2})
+                                        "threat_model": "white-box", "objective": "mu", "seed": 2,
+                                        "power": {"alternatives": ["noise_quarter"]}})
     j = wait_job(client, job["id"], timeout=60)
     assert j["status"] == "succeeded", j
     wb = j["result"]["estimates"]["white-box"]

@@ -296,5 +296,10 @@ def test_canary_mia_audit_end_to_end_on_vllm(remote_lm, tmp_path):
     assert job["status"] == "succeeded", job.get("error")
     res = job["result"]
     print("canary_mia on vLLM:", {k: res.get(k) for k in ("epsilon", "epsilon_claimed", "model_calls")}, job["verdict"])
-    assert res["epsilon_claimed"] == pytest.approx(1.0) and job["verdict"] in ("pass", "violation")
+    assert res["epsilon_claimed"] == pytest.approx(1.0)
+    # Four model calls on a 135M model rarely change the vote: the audit must then say it could not
+    # have seen a violation (inconclusive, with the reason), never "pass" (issue 14).
+    assert job["verdict"] in ("pass", "violation", "inconclusive")
+    if job["verdict"] == "inconclusive":
+        assert job["verdict_reason"] and not (res.get("power") or {}).get("sufficient")
     assert remote_lm.transport.stats["requests"] > before  # the audit's model calls went to vLLM

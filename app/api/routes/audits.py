@@ -143,6 +143,34 @@ async def create_audit(
     return JSONResponse(sub.resource, status_code=202 if sub.created else 200, headers=headers)
 
 
+class AuditPlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["canary_mia"] = Field(default="canary_mia", description="the planner covers canary_mia audits")
+    config: dict[str, Any] = Field(default_factory=dict, description="a canary_mia config (trials are planned)")
+    claimed_epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                          description="default: the target mechanism's own epsilon")
+    seconds_per_trial: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                            description="measured speed of one trial, for the predicted time")
+
+
+@router.post("/plan", summary="Plan an audit: the design and trials that detect stated alternatives")
+async def plan_audit(body: AuditPlanRequest, request: Request, who: Auditor):
+    """For a canary_mia config and a claim: per candidate design (partitions; black-box bound or
+    white-box noise conformance) the trials that detect each of ``config.power.alternatives`` with
+    probability >= ``config.power.min_detection``, the predicted model calls and time. Nothing runs."""
+    cfg = {**body.config, "trials": 40} if body.config.get("trials") == "auto" else body.config
+    try:
+        kind, model = service.validate_config(_runtime(request).settings, body.kind, cfg)
+        return await run_in_threadpool(kind.plan, model, body.claimed_epsilon, body.seconds_per_trial)
+    except service.ConfigInvalid as exc:
+        raise APIError(422, "; ".join(f"{p}: {m}" for p, m in exc.errors[:10]), param=exc.errors[0][0],
+                       code="invalid_value") from None
+    except JobError as exc:
+        param = exc.param if (exc.param or "").startswith("config") else f"config.{exc.param or ''}".rstrip(".")
+        raise APIError(422, f"{param}: {exc.message}", param=param, code=exc.code) from None
+
+
 @router.get("/kinds", summary="Job kinds this server accepts, with their config schemas")
 def list_kinds(request: Request, who: Auditor):
     kinds = registry.available_kinds(_runtime(request).settings)

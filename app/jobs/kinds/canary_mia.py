@@ -17,19 +17,20 @@ import csv
 import io
 import logging
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.jobs.context import JobContext
+from app.jobs import egress, secrets
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.registry import JobKind, Verdict, epsilon_verdict, register
 
 log = logging.getLogger("dpicl.jobs.canary_mia")
 
 
-class TargetConfig(BaseModel):
+class TargetConfig(secrets.TargetCredentials):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["mechanism", "remote", "simulated"] = "mechanism"
@@ -46,9 +47,14 @@ class TargetConfig(BaseModel):
         default="none", description="mechanism targets: heuristic defence (ContextLeak 4.1, App. B): L1/L2 system "
         "prompts, L3 = L2 + LLM judge that refuses on 'Attack' (direct mode only)")
     url: str | None = Field(default=None, description="remote: the gateway's base URL")
-    api_key: str | None = Field(default=None, description="remote: admin + infer (+ internals for white-box)")
     white_box: bool = Field(default=False, description="remote: ask for internals")
     seeded: bool = Field(default=False, description="remote: send a noise seed per trial")
+    retries: int = Field(default=3, ge=0, le=10, description="remote: retries of a connection error, timeout or "
+                         "5xx answer, with exponential back-off; then the job fails with target_unavailable")
+    retry_backoff_seconds: float = Field(default=0.25, gt=0, le=60, description="remote: wait before the first "
+                                         "retry, doubled before each next one (at most 8 s, or this if larger)")
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="remote: per-request timeout "
+                                          "(default 300 s classification, 600 s generation)")
     votes_with: list[float] | None = Field(default=None, description="simulated: clean votes with the canary")
     votes_without: list[float] | None = None
 
@@ -80,6 +86,15 @@ class CanaryConfig(BaseModel):
     text: str | None = Field(default=None, description="a fixed canary text instead of a generated one")
 
 
+class PowerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    alternatives: list[Literal["noise_half", "noise_quarter", "winner_only", "no_noise"]] = Field(
+        default_factory=lambda: ["noise_quarter", "no_noise"], min_length=1,
+        description="broken implementations the audit must be able to detect for a 'pass' (app.audit.power)")
+    min_detection: float = Field(default=0.9, gt=0, lt=1, description="required P(detect) of each alternative")
+
+
 class CanaryMIAConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -97,7 +112,9 @@ class CanaryMIAConfig(BaseModel):
     insertion: Literal["contextleak", "paired"] = "paired"
     threat_model: Literal["black-box", "white-box", "both"] = "both"
     mode: Literal["direct", "bootstrap"] = "direct"
-    trials: int = Field(default=40, ge=2, le=1_000_000)
+    trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
+        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives")
+    power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
     n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
     confidence: float = Field(default=0.95, gt=0, lt=1)
@@ -200,6 +217,11 @@ class CanaryMIAKind(JobKind):
     def check(self, config: CanaryMIAConfig, settings) -> None:
         from app.audit.queries import get_strategy
 
+        if config.target.type == "remote":
+            try:  # the server connects there: the webhooks' egress policy applies (app/jobs/egress.py)
+                egress.check_url(config.target.url, settings, field="config.target.url")
+            except egress.EgressRefused as exc:
+                raise JobConfigError(str(exc), param="config.target.url") from None
         if config.task == "generation":
             self._check_generation(config)
             return
@@ -221,6 +243,22 @@ class CanaryMIAKind(JobKind):
         if config.mode == "bootstrap" and t.mechanism not in ("rnm", "poe"):
             raise JobConfigError("bootstrap re-applies the mechanism's noise: use mechanism rnm or poe",
                                  param="config.target.mechanism")
+        if config.mode == "bootstrap" and t.type == "remote" and not t.white_box:
+            raise JobConfigError(
+                "a remote bootstrap re-applies the auditor's noise to the gateway's clean votes, so it never observes "
+                "the gateway's own noise: set target.white_box (the gateway's noisy votes are then tested against the "
+                "claim, app.audit.conformance), or use mode direct with trials from POST /v1/audits/plan",
+                param="config.mode")
+        if config.trials == "auto":
+            if config.mode != "direct":
+                raise JobConfigError("trials 'auto' plans direct-mode trials; bootstrap uses n_llm/n_sample",
+                                     param="config.trials")
+            plan = self.plan(config, None)
+            if plan["configured"]["trials"] is None and not (t.white_box and any(
+                    d["threat_model"] == "white-box" and d["trials"] for d in plan["designs"])):
+                raise JobConfigError("trials 'auto': no trial count detects " + ", ".join(config.power.alternatives)
+                                     + " with this design: " + "; ".join(plan["configured"]["reasons"])
+                                     + " (POST /v1/audits/plan shows designs that do)", param="config.trials")
         if t.defence not in ("none", "L0"):
             if t.type != "mechanism":
                 raise JobConfigError("defences wrap in-process mechanism targets only", param="config.target.defence")
@@ -228,10 +266,88 @@ class CanaryMIAKind(JobKind):
                 raise JobConfigError("the L3 judge filters each release after the noise; use mode direct",
                                      param="config.target.defence")
 
+    def plan(self, config: CanaryMIAConfig, claimed_epsilon: float | None,
+             seconds_per_trial: float | None = None) -> dict[str, Any]:
+        """The planner (``app.audit.planner``) for this config's classification target and a claim
+        (default: the mechanism's own epsilon)."""
+        from app.audit.noise import rnm_noise
+        from app.audit.planner import plan_audit
+
+        t = config.target
+        if config.task != "classification" or t.mechanism != "rnm":
+            raise JobConfigError("the planner covers classification targets with rnm (its design model counts votes)",
+                                 param="config.target.mechanism")
+        n = config.dataset.size
+        params = dict(t.params)
+
+        def noise_for(parts: int):  # a candidate design keeps the context: shots = size // partitions
+            shots = {"shots_per_partition": max(1, n // parts)} if "shots_per_partition" in params else {}
+            return rnm_noise({**params, "partitions": parts, **shots}, max(n, parts))
+
+        parts0 = int(params.get("partitions") or max(1, n // int(params.get("shots_per_partition") or 1)))
+        base = noise_for(parts0)
+        claim = float(claimed_epsilon if claimed_epsilon is not None else base.epsilon)
+        tms = 2 if (config.threat_model == "both" and (t.white_box or t.type != "remote")) else 1
+        conf = 1.0 - (1.0 - config.confidence) / tms  # the campaign's Bonferroni per threat model
+        delta = float(config.delta if config.delta is not None else base.delta)
+        try:
+            out = plan_audit(noise_for, labels=2, partitions=parts0,
+                             claimed_epsilon=claim, confidence=conf, delta=delta,
+                             alternatives=list(config.power.alternatives), min_detection=config.power.min_detection,
+                             white_box=t.white_box or t.type != "remote", seconds_per_trial=seconds_per_trial)
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.target.params") from None
+        out["notes"].append("planned for a two-label attack query; the job's power report uses the real labels")
+        return out
+
+    def _trials(self, ctx: JobContext, config: CanaryMIAConfig) -> tuple[int, dict[str, Any] | None]:
+        if config.trials != "auto":
+            return int(config.trials), None
+        plan = self.plan(config, ctx.claimed_epsilon)
+        wb = [d for d in plan["designs"] if d["threat_model"] == "white-box" and d["trials"]]
+        if plan["configured"]["trials"] is not None:
+            n = plan["configured"]["trials"]
+        elif wb and config.target.white_box or wb and config.target.type != "remote":
+            n = wb[0]["trials"]
+        else:
+            raise JobConfigError("trials 'auto': no trial count detects the alternatives with this design",
+                                 param="config.trials")
+        return int(n), plan
+
     def verdict(self, result: dict[str, Any], claimed_epsilon: float | None, claimed_delta: float | None) -> Verdict | None:
+        """violation: the rigorous bound exceeds the claim, or the target's noise does not conform to
+        it; pass: neither, and the audit had the power to see a violation (``result["power"]``);
+        inconclusive otherwise. The reason goes to ``result["verdict_reason"]``."""
         claim = claimed_epsilon if claimed_epsilon is not None else result.get("epsilon_claimed")
         # delta is an input of the bound (config.delta), not a measurement: the verdict is on epsilon.
-        return epsilon_verdict(result.get("epsilon"), None, claim, None)
+        v = epsilon_verdict(result.get("epsilon"), None, claim, None)
+        if v is None:
+            return None
+        findings = [f for key in ("conformance", "release_floor") for f in
+                    ((result.get(key) or {}).get("findings") or []) if not (result.get(key) or {}).get("conformant", True)]
+        if findings:
+            result["verdict_reason"] = "implementation does not match its claim: " + "; ".join(findings)
+            return "violation"
+        if v == "violation":
+            result["verdict_reason"] = (f"the rigorous lower bound {result['epsilon']:.4g} exceeds the claimed "
+                                        f"epsilon {claim:g} (confidence {result.get('confidence')})")
+            return "violation"
+        power = result.get("power")
+        if not power:
+            result["verdict_reason"] = ("no violation seen, but the power of this audit is unknown (no noise model for "
+                                        f"{result.get('target')}): not a pass")
+            return "inconclusive"
+        if abs(float(power["claimed_epsilon"]) - float(claim)) > 1e-12 * max(1.0, abs(float(claim))):
+            result["verdict_reason"] = "the power was computed for another claim"
+            return "inconclusive"
+        if power.get("sufficient"):
+            dets = ", ".join(f"{k} {power['alternatives'][k]['detection']:.3g}" for k in power["required"])
+            result["verdict_reason"] = (f"bound {result['epsilon']:.4g} <= claim {claim:g}, and the audit could have "
+                                        f"seen a violation: P(detect) {dets}")
+            return "pass"
+        result["verdict_reason"] = "no violation seen, but this audit could not have seen one: " + \
+            "; ".join(power.get("reasons") or [])
+        return "inconclusive"
 
     def run(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
         from app.audit import (
@@ -266,8 +382,8 @@ class CanaryMIAKind(JobKind):
         if t.type == "mechanism":
             target = MechanismTarget(lm, t.mechanism, t.params, template, bug=t.bug, defence=t.defence)
         elif t.type == "remote":
-            target = RemoteTarget(t.url, t.mechanism, dict(t.params), template, api_key=t.api_key,
-                                  white_box=t.white_box, seeded=t.seeded)
+            target = RemoteTarget(t.url, t.mechanism, dict(t.params), template, white_box=t.white_box,
+                                  seeded=t.seeded, **_remote_access(ctx, t), **_timeout(t))
         else:
             noise = rnm_noise({**t.params, "partitions": t.params.get("partitions", 4)},
                               max(config.dataset.size, int(t.params.get("partitions", 4))), t.bug)
@@ -318,6 +434,9 @@ class CanaryMIAKind(JobKind):
         if config.statistic == "positive":
             raise JobConfigError("generation statistics: margin (signal distances) or reference_vector",
                                  param="config.statistic")
+        if config.trials == "auto":
+            raise JobConfigError("trials 'auto' plans classification audits (rnm, poe); give a number",
+                                 param="config.trials")
         if config.signals is not None and config.signals[0] == config.signals[1]:
             raise JobConfigError("the two signal texts must differ", param="config.signals")
 
@@ -349,8 +468,8 @@ class CanaryMIAKind(JobKind):
                                                defence=t.defence)
         else:
             target = RemoteGenerationTarget(t.url, embedder, t.mechanism, dict(t.params), template,
-                                            api_key=t.api_key, white_box=t.white_box, seeded=t.seeded,
-                                            max_tokens=config.max_tokens)
+                                            white_box=t.white_box, seeded=t.seeded, max_tokens=config.max_tokens,
+                                            **_remote_access(ctx, t), **_timeout(t))
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "signal_text", [], template, rng)
         out["target_calls"] = target.calls
         if getattr(target, "defence", "none") != "none":
@@ -364,12 +483,13 @@ class CanaryMIAKind(JobKind):
                   template, rng) -> dict[str, Any]:
         """Run the campaign (closing a remote target's client) and shape the result; the artifacts
         are written by :meth:`_finish`."""
-        from app.audit import CampaignConfig, run_campaign, summary
+        from app.audit import CampaignConfig, TargetError, TargetUnavailableError, run_campaign, summary
 
         tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
         if not target.white_box:
             tm = tuple(x for x in tm if x == "black-box") or tm
-        cc = CampaignConfig(trials=config.trials, insertion=config.insertion, threat_models=tm, mode=config.mode,
+        trials, plan = self._trials(ctx, config)
+        cc = CampaignConfig(trials=trials, insertion=config.insertion, threat_models=tm, mode=config.mode,
                             confidence=config.confidence, delta=config.delta,
                             threshold_fraction=config.threshold_fraction, objective=config.objective,
                             statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample,
@@ -377,6 +497,12 @@ class CanaryMIAKind(JobKind):
         try:
             res = run_campaign(target, exemplars, canary, query, task_labels=labels, template=template, config=cc,
                                rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
+        except TargetUnavailableError as exc:  # the gateway's failure, after retries: not a bug in dpicl
+            raise JobError(str(exc), code="target_unavailable") from None
+        except TargetError as exc:  # the gateway refused (4xx) or answered what is not its API
+            raise JobError(str(exc), code="target_error") from None
+        except egress.EgressRefused as exc:  # the policy changed since submit, or the name resolves elsewhere now
+            raise JobError(f"config.target.url: {exc}", code="egress_refused", param="config.target.url") from None
         except RuntimeError as exc:  # the remote gateway refused
             raise JobError(str(exc), code="target_error") from None
         except ValueError as exc:
@@ -385,6 +511,15 @@ class CanaryMIAKind(JobKind):
             if hasattr(target, "close"):
                 target.close()
         out = res.to_dict()
+        if plan is not None:
+            out["plan"] = plan
+        claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else res.epsilon_claimed
+        if claim is not None and config.task == "classification":
+            from app.audit.campaign import assess_power
+
+            rep = assess_power(res, target, len(exemplars), float(claim), required=config.power.alternatives,
+                               min_detection=config.power.min_detection)
+            out["power"] = None if rep is None else rep.to_dict()
         out["trials_total"] = len(res.trials)
         out["trials"] = res.trials[:200]  # all of them in trials.csv
         out["summary"] = summary(res)
@@ -425,6 +560,24 @@ class CanaryMIAKind(JobKind):
         except Exception as exc:  # a plot never fails the job; say why it is missing
             log.warning("canary_mia job %s: no plot (%s)", ctx.job_id, exc)
             out.setdefault("warnings", []).append(f"no plot: {type(exc).__name__}: {exc}")
+
+
+def _remote_access(ctx: JobContext, t: TargetConfig) -> dict[str, Any]:
+    """The remote target's key (resolved in memory only), the egress-vetting transport and the retry policy."""
+    from app.audit import RetryPolicy
+
+    try:  # the settings may have changed since submit
+        egress.check_url(t.url, ctx.settings, field="config.target.url")
+    except egress.EgressRefused as exc:
+        raise JobError(str(exc), code="egress_refused", param="config.target.url") from None
+    return {"api_key": secrets.resolve(t, ctx.settings),
+            "transport": egress.VettingTransport(ctx.settings, keepalive=4),
+            "retry": RetryPolicy(attempts=t.retries + 1, backoff_seconds=t.retry_backoff_seconds,
+                                 max_backoff_seconds=max(8.0, t.retry_backoff_seconds))}
+
+
+def _timeout(t: TargetConfig) -> dict[str, Any]:
+    return {} if t.timeout_seconds is None else {"timeout": t.timeout_seconds}
 
 
 def _rows_csv(rows: list[dict[str, Any]]) -> bytes:
