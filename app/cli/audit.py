@@ -67,67 +67,20 @@ def idempotency_key(body: dict[str, Any], run_id: str | None) -> str:
     return f"ci-{digest}" + (f"-{run_id}" if run_id else "")
 
 
-def _retry_after(r, default: float) -> float:
-    value = r.headers.get("Retry-After") if r is not None else None
-    try:
-        return min(max(float(value), 0.1), 60.0) if value is not None else default
-    except ValueError:
-        return default
+def _sdk(server: str, deadline: Deadline, *, max_retries: int = 8):
+    """The Python client (app/client) with this run's deadline bounding every retry."""
+    from app.client import Client
+
+    return Client(server, deadline=deadline.end, max_retries=max_retries, user_agent="dpicl-audit-cli")
 
 
-def _error_text(r) -> str:
-    try:
-        err = r.json()["error"]
-        param = f" ({err['param']})" if err.get("param") else ""
-        return f"HTTP {r.status_code}{param}: {err['message']}"
-    except Exception:
-        return f"HTTP {r.status_code}: {r.text[:300]}"
-
-
-class Client:
-    """HTTP with retries on transport errors, 429 and 5xx, honouring Retry-After."""
-
-    def __init__(self, server: str, deadline: Deadline, *, max_retries: int = 8) -> None:
-        import httpx
-
-        self.server = server.rstrip("/")
-        headers = {"User-Agent": "dpicl-audit-cli"}
-        key = os.environ.get("DPICL_API_KEY")
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
-        self.deadline = deadline
-        self.max_retries = max_retries
-
-    def request(self, method: str, path: str, **kw):
-        import httpx
-
-        delay = 0.5
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if self.deadline.passed():
-                raise CLIError(f"timed out ({last or 'no answer'})", EXIT_TIMEOUT)
-            r = None
-            try:
-                r = self.http.request(method, path, **kw)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if r.status_code != 429 and r.status_code < 500:
-                    return r
-                last = _error_text(r)
-            if attempt == self.max_retries:
-                break
-            wait = _retry_after(r, delay)
-            left = self.deadline.left()
-            if left is not None:
-                wait = min(wait, max(left, 0))
-            time.sleep(wait)
-            delay = min(delay * 2, 30.0)
-        raise CLIError(f"the service at {self.server} did not answer ({last})")
-
-    def close(self) -> None:
-        self.http.close()
+def _cli_error(exc: Exception, deadline: Deadline, what: str, *, job: dict | None = None) -> CLIError:
+    """A DpiclError as the CLI reports it: no answer before the deadline is a timeout (exit 3)."""
+    if getattr(exc, "status", None) == 0:
+        if deadline.passed():
+            return CLIError(f"timed out ({exc})", EXIT_TIMEOUT, job=job)
+        return CLIError(str(exc), job=job)
+    return CLIError(f"{what}: {exc}", job=job)
 
 
 class Progress:
@@ -290,7 +243,9 @@ def run(
     job: dict | None = None
     job_url: str | None = None
     body: dict[str, Any] = {"kind": kind or "epsilon"}
-    client: Client | None = None
+    from app.client import DpiclError
+
+    client = None
     try:
         body = _load_body(config, kind)
         body["claimed_epsilon"] = claimed_epsilon
@@ -298,35 +253,30 @@ def run(
             body["claimed_delta"] = claimed_delta
         if webhook_url:
             body["webhook_url"] = webhook_url
-        client = Client(server, deadline, max_retries=retries)
-        key = idempotency_key(body, run_id)
-        r = client.request("POST", "/v1/audits", json=body, headers={"Idempotency-Key": key})
-        if r.status_code not in (200, 202):
-            raise CLIError(f"the service refused the audit: {_error_text(r)}")
-        job = r.json()
-        job_url = client.server + r.headers.get("Location", job["url"])
+        client = _sdk(server, deadline, max_retries=retries)
+        try:
+            job = client.submit_audit(body["kind"], body["config"], claimed_epsilon=claimed_epsilon,
+                                      claimed_delta=claimed_delta, webhook_url=webhook_url,
+                                      idempotency_key=idempotency_key(body, run_id))
+        except DpiclError as exc:
+            raise _cli_error(exc, deadline, "the service refused the audit") from None
+        job_url = client.base_url + client.last_response.headers.get("Location", job["url"])
         print(job_url, file=info, flush=True)
         if job["status"] not in TERMINAL and not wait:
             code, message = EXIT_PASS, f"submitted: job {job['id']} is {job['status']} (use --wait for a verdict)"
         else:
             progress = Progress(sys.stderr, enabled=not quiet)
-            pause = _retry_after(r, 1.0)
             try:
-                while job["status"] not in TERMINAL:
+                try:
                     progress.show(job)
-                    left = deadline.left()
-                    if left is not None and left <= 0:
-                        raise CLIError(f"timed out after {timeout:g} s; job {job['id']} is still {job['status']} "
-                                       f"(it keeps running: {job_url})", EXIT_TIMEOUT, job=job)
-                    time.sleep(pause if left is None else min(pause, left))
-                    if deadline.passed():
-                        continue
-                    r = client.request("GET", f"/v1/audits/{job['id']}")
-                    if r.status_code != 200:
-                        raise CLIError(f"cannot read job {job['id']}: {_error_text(r)}", job=job)
-                    job = r.json()
-                    pause = _retry_after(r, 1.0)
-                progress.show(job)
+                    if job["status"] not in TERMINAL:
+                        job = client.wait_audit(job["id"], timeout=deadline.left(),
+                                                on_progress=progress.show)
+                except TimeoutError:
+                    raise CLIError(f"timed out after {timeout:g} s; job {job['id']} is still {job['status']} "
+                                   f"(it keeps running: {job_url})", EXIT_TIMEOUT, job=job) from None
+                except DpiclError as exc:
+                    raise _cli_error(exc, deadline, f"cannot read job {job['id']}", job=job) from None
             finally:
                 progress.done()
             code, message = _outcome(job)
@@ -343,6 +293,17 @@ def run(
         write_junit(junit, kind=body.get("kind", "audit"), claimed_epsilon=claimed_epsilon, job=job, job_url=job_url,
                     code=code, message=message, seconds=time.monotonic() - t0, inconclusive_as=inconclusive_as)
     raise typer.Exit(code)
+
+
+def _one_call(server: str, call, what: str, seconds: float = 120.0) -> Any:
+    from app.client import DpiclError
+
+    deadline = Deadline(seconds)
+    with _sdk(server, deadline) as client:
+        try:
+            return call(client)
+        except DpiclError as exc:
+            raise _cli_error(exc, deadline, what) from None
 
 
 @audit_app.command("plan")
@@ -362,17 +323,10 @@ def plan(
             req["claimed_epsilon"] = claimed_epsilon
         if seconds_per_trial is not None:
             req["seconds_per_trial"] = seconds_per_trial
-        client = Client(server, Deadline(120))
-        try:
-            r = client.request("POST", "/v1/audits/plan", json=req)
-        finally:
-            client.close()
-        if r.status_code != 200:
-            raise CLIError(f"the service refused the plan: {_error_text(r)}")
+        out = _one_call(server, lambda c: c.plan_audit(**req), "the service refused the plan")
     except CLIError as exc:
         typer.echo(f"dpicl: {exc.message}", err=True)
         raise typer.Exit(EXIT_ERROR)
-    out = r.json()
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         raise typer.Exit(EXIT_PASS if out.get("recommended") else EXIT_INCONCLUSIVE)
@@ -398,18 +352,12 @@ def status(
     server: str = typer.Option(..., "--server", envvar="DPICL_SERVER"),
 ) -> None:
     """Print a job's JSON."""
-    client = Client(server, Deadline(60))
     try:
-        r = client.request("GET", f"/v1/audits/{job_id}")
+        job = _one_call(server, lambda c: c.get_audit(job_id), f"cannot read job {job_id}")
     except CLIError as exc:
         typer.echo(f"dpicl: {exc.message}", err=True)
         raise typer.Exit(EXIT_ERROR)
-    finally:
-        client.close()
-    if r.status_code != 200:
-        typer.echo(f"dpicl: {_error_text(r)}", err=True)
-        raise typer.Exit(EXIT_ERROR)
-    typer.echo(json.dumps(r.json(), indent=2))
+    typer.echo(json.dumps(job, indent=2))
 
 
 @audit_app.command("cancel")
@@ -418,15 +366,9 @@ def cancel(
     server: str = typer.Option(..., "--server", envvar="DPICL_SERVER"),
 ) -> None:
     """Cancel a job (a running one stops at its next progress point)."""
-    client = Client(server, Deadline(60))
     try:
-        r = client.request("POST", f"/v1/audits/{job_id}/cancel")
+        job = _one_call(server, lambda c: c.cancel_audit(job_id), f"cannot cancel job {job_id}")
     except CLIError as exc:
         typer.echo(f"dpicl: {exc.message}", err=True)
         raise typer.Exit(EXIT_ERROR)
-    finally:
-        client.close()
-    if r.status_code != 200:
-        typer.echo(f"dpicl: {_error_text(r)}", err=True)
-        raise typer.Exit(EXIT_ERROR)
-    typer.echo(f"{r.json()['status']}{' (cancel requested)' if r.json()['cancel_requested'] else ''}")
+    typer.echo(f"{job['status']}{' (cancel requested)' if job['cancel_requested'] else ''}")
