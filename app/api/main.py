@@ -11,39 +11,17 @@ from fastapi.concurrency import run_in_threadpool
 
 from app import __version__
 from app.api.errors import install_error_handlers
-from app.api.routes import health, models
+from app.api.routes import audits, datasets, health, models, openai_compat, privacy, private, private_generate
 from app.config import Settings, get_settings
+from app.jobs import service as jobs_service
 from app.runtime import Runtime
 
 log = logging.getLogger("dpicl.api")
 
-ROUTERS = [health.router, models.router]
-# Feature routers, mounted when their module is present.
-OPTIONAL_ROUTERS = (
-    "app.api.routes.privacy",
-    "app.api.routes.datasets",
-    "app.api.routes.private",
-    "app.api.routes.private_generate",
-    "app.api.routes.openai_compat",
-    "app.api.routes.audits",
-)
-# Feature packages that need start-up/shutdown work export ``install(app)``
-# (e.g. the in-process job runner appends to app.state.startup_hooks).
-OPTIONAL_INSTALLERS = ("app.jobs.service",)
-
-
-def _optional_routers() -> list:
-    """Routers of feature packages; each module exports ``router``."""
-    import importlib
-
-    out = []
-    for mod in OPTIONAL_ROUTERS:
-        try:
-            out.append(importlib.import_module(mod).router)
-        except ModuleNotFoundError as exc:
-            if not (exc.name and mod.startswith(exc.name)):
-                raise
-    return out
+# Every router, registered explicitly: a module that fails to import fails start-up instead of
+# silently removing a feature.
+ROUTERS = [health.router, models.router, privacy.router, datasets.router, private.router, private_generate.router,
+           openai_compat.router, audits.router]
 
 
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
@@ -84,16 +62,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
-    for r in ROUTERS + _optional_routers():
+    for r in ROUTERS:
         app.include_router(r)
-    import importlib
-
-    for mod in OPTIONAL_INSTALLERS:
-        try:
-            installer = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if not (exc.name and mod.startswith(exc.name)):
-                raise
-            continue
-        installer.install(app)
+    # Start-up/shutdown work of the job runner (appends to app.state.startup_hooks).
+    jobs_service.install(app)
     return app

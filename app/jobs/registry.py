@@ -1,8 +1,8 @@
 """The registry of job kinds.
 
 A kind is a small object with a name, a pydantic config schema, ``run`` and
-``verdict``. Kinds live in modules of ``app.jobs.kinds`` (discovered on first
-use: drop a module there that calls :func:`register`) or register themselves
+``verdict``. Kinds live in the modules ``app.jobs.kinds.KIND_MODULES`` names
+(imported on first use; each calls :func:`register`) or register themselves
 from anywhere with :func:`register`. Test-only kinds are offered only when
 ``settings.job_test_kinds`` is on.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-import pkgutil
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -93,15 +92,8 @@ def _discover() -> None:
             return
         import app.jobs.kinds as pkg
 
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if not info.name.startswith("_"):
-                try:
-                    importlib.import_module(f"{pkg.__name__}.{info.name}")
-                except Exception:
-                    # One broken kind must not take the others (and the server) down; its jobs
-                    # then fail with "unknown_kind" and this error is in the log.
-                    log.exception("job kind module %s.%s failed to import; its kinds are unavailable",
-                                  pkg.__name__, info.name)
+        for name in pkg.KIND_MODULES:
+            importlib.import_module(f"{pkg.__name__}.{name}")
         _discovered = True
 
 
