@@ -26,6 +26,8 @@ serve: install
 	$(BIN)/dpicl serve
 
 test: install
+	$(BIN)/ruff check app tests benchmarks scripts
+	$(BIN)/mypy
 	$(BIN)/dpicl models --warm
 	$(BIN)/pytest -q
 

@@ -170,7 +170,7 @@ def run_utility(args) -> dict[str, Any]:
 def table_utility(res: dict[str, Any], v: str = "") -> str:
     rows = {k[len(v):]: x for k, x in res["rows"].items() if k.startswith(v) and (v or not k.startswith("cal:"))}
     lines = ["| mechanism | T | " + " | ".join(f"eps={e:g}" for e in EPSILONS) + " | no DP |", "|---|---|" + "---|" * (len(EPSILONS) + 1)]
-    lines.append(f"| zero_shot | 0 | " + " | ".join("" for _ in EPSILONS) + f" | {fmt(rows['zero_shot'])} |")
+    lines.append("| zero_shot | 0 | " + " | ".join("" for _ in EPSILONS) + f" | {fmt(rows['zero_shot'])} |")
     for t in TS:
         lines.append(f"| icl (one prompt) | {t} | " + " | ".join("" for _ in EPSILONS) + f" | {fmt(rows[f'icl|T={t}'])} |")
         for name, nn in (("rnm", "votes, no noise"), ("rnm-gumbel", None), ("poe", "PoE, no noise")):

@@ -61,7 +61,7 @@ class DpEvent:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"type": type(self).__name__}
+        d: dict[str, Any] = {"type": type(self).__name__}
         d.update({k: (list(val) if isinstance(val, tuple) else val) for k, val in self.__dict__.items()})
         return d
 
@@ -362,7 +362,8 @@ class RdpAccountant:
         if method not in ("best", "bbghs", "mironov"):
             raise PrivacyInputError(f"unknown method {method!r}", param="method")
         conv = convert_rdp(self._orders, self._rdp, d, method)
-        eps, alpha, used = conv.epsilon, conv.alpha, conv.method
+        eps, used = conv.epsilon, conv.method
+        alpha: float | None = conv.alpha
         basic = self._pure_total
         if method == "best" and basic is not None and basic < eps:
             eps, alpha, used = basic, None, "basic"

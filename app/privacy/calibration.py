@@ -80,7 +80,9 @@ def _solve_continuous(
     increasing=False: epsilon falls with p, answer = smallest feasible p.
     Returns (p, eps_of(p), iterations); eps_of(p)[0] <= target always.
     """
-    feasible = lambda r: r[0] <= target
+    def feasible(r: tuple[Any, ...]) -> bool:
+        return r[0] <= target
+
     safe_end, other_end = (lo, hi) if increasing else (hi, lo)
     r_safe = eps_of(safe_end)
     if not feasible(r_safe):

@@ -54,7 +54,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         return 0.0
     log_d = math.log(d)
     # Clipped below so that brentq never sees -inf (only the sign matters at the ends).
-    f = lambda e: max(_log_gdp_delta(m, e), -1e4) - log_d
+    def f(e: float) -> float:
+        return max(_log_gdp_delta(m, e), -1e4) - log_d
+
     if f(0.0) <= 0.0:  # 2 Phi(mu/2) - 1 <= delta: (0, delta)-DP already
         return 0.0
     hi = _eps_upper_bracket(m, d)
@@ -72,7 +74,9 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     e = v.nonnegative(epsilon, "epsilon")
     d = v.delta_open(delta)
     log_d = math.log(d)
-    f = lambda m: max(_log_gdp_delta(m, e), -1e4) - log_d
+    def f(m: float) -> float:
+        return max(_log_gdp_delta(m, e), -1e4) - log_d
+
     lo, hi = 0.0, 1.0
     while f(hi) <= 0.0:
         lo, hi = hi, hi * 2.0

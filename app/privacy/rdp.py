@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +82,7 @@ def parse_orders(spec: str | Sequence[float] | np.ndarray | None, param: str = "
     return np.unique(_expand_orders(spec, param))
 
 
-def describe_orders(orders: np.ndarray) -> dict:
+def describe_orders(orders: np.ndarray) -> dict[str, Any]:
     """A short JSON summary of a grid (the full grid can be long)."""
     return {"count": int(orders.size), "min": float(orders[0]), "max": float(orders[-1])}
 

@@ -127,7 +127,7 @@ def calibrate(
         p = cal.params
         sens = p["clip"] / (p["batch_size"] * p["temperature"]) * (2.0 if adj == Adjacency.REPLACE_ONE else 1.0)
         rho = p["compositions"] * 0.5 * sens * sens
-        grid = parse_orders(orders)
+        grid: np.ndarray | None = parse_orders(orders)
         out = {
             "mechanism": mech,
             "solve_for": cal.parameter,
@@ -139,8 +139,8 @@ def calibrate(
     else:
         if solve != "sigma":
             raise PrivacyInputError(f"cannot solve for {solve_for!r} with gaussian; use sigma", param="solve_for")
-        for name, val in (("temperature", temperature), ("clip", clip), ("batch_size", batch_size)):
-            if val is not None:
+        for name, given in (("temperature", temperature), ("clip", clip), ("batch_size", batch_size)):
+            if given is not None:
                 raise PrivacyInputError(f"{name} applies to clip-softmax, not gaussian", param=name)
         m = _norm(method) or "analytic"
         k = 1 if compositions is None else compositions
@@ -189,7 +189,7 @@ TARGETS = ("epsilon", "delta", "mu", "rho")
 def _rho_for(epsilon: float, delta: float, grid: np.ndarray, conversion: str) -> tuple[float, float | None, str]:
     """Largest rho with rho-zCDP => (epsilon, delta)-DP through the RDP grid (bisection)."""
 
-    def eps_of(rho: float):
+    def eps_of(rho: float) -> tuple[float, float | None, str]:
         r = convert_rdp(grid, rho * grid, delta, conversion)
         return r.epsilon, r.alpha, r.method
 
@@ -261,17 +261,17 @@ def convert(
             raise PrivacyInputError("epsilon and delta are both required", param="epsilon" if epsilon is None else "delta")
         if out_adj != adj:
             raise PrivacyInputError("adjacency translation needs a source guarantee", param="to_adjacency")
-        e = v.positive(epsilon, "epsilon")
-        d = v.delta_open(delta)
-        result.update({"source": "approx-dp", "epsilon": e, "delta": d})
+        e_in = v.positive(epsilon, "epsilon")
+        d_in = v.delta_open(delta)
+        result.update({"source": "approx-dp", "epsilon": e_in, "delta": d_in})
         if k != 1:
             raise PrivacyInputError("count applies to a source guarantee", param="count")
         if target == "mu":
-            result.update({"mu": gdp_mu(e, d), "method": "gdp"})
+            result.update({"mu": gdp_mu(e_in, d_in), "method": "gdp"})
         else:
-            grid = parse_orders(orders)
-            r, alpha, used = _rho_for(e, d, grid, conversion)
-            result.update({"rho": r, "alpha": alpha, "method": used, "orders": describe_orders(grid)})
+            grid_in = parse_orders(orders)
+            r, alpha, used = _rho_for(e_in, d_in, grid_in, conversion)
+            result.update({"rho": r, "alpha": alpha, "method": used, "orders": describe_orders(grid_in)})
         return _clean(result)
 
     src = sources[0]
@@ -298,6 +298,8 @@ def convert(
             raise PrivacyInputError(
                 "adjacency translation of an RDP curve is not supported; translate pure, zCDP or GDP", param="to_adjacency"
             )
+        if rdp is None:
+            raise PrivacyInputError("an RDP curve needs its values", param="rdp")
         grid, curve = check_rdp_curve(orders, rdp)
         curve = k * curve
     elif src == "zcdp":
@@ -344,6 +346,7 @@ def convert(
         eps_v, alpha, used = min(candidates, key=lambda c: c[0])
         result.update({"epsilon": eps_v, "alpha": alpha, "method": used})
     else:  # -> delta
+        assert e is not None  # checked above: to=delta needs epsilon
         result["epsilon"] = e
         candidates = []
         if curve is not None:
@@ -391,6 +394,7 @@ def empirical(
         total = sum(v.count(val, name) for name, val in counts.items())
         if trials is not None and v.count(trials, "trials", minimum=1) != total:
             raise PrivacyInputError(f"tp + fn + fp + tn = {total} does not add up to trials = {trials}", param="trials")
+        assert tp is not None and fn is not None and fp is not None and tn is not None  # checked just above
         b = epsilon_lower_bound(tp, fn, fp, tn, confidence, delta)
         out = {
             "mode": "counts",

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from app.mechanisms import clip_softmax as cs
-from app.mechanisms import poe_decode
 from app.mechanisms.gen_common import GenerationRequest, PromptTemplate, build_prompt
-from app.mechanisms.gen_decode import ReencodeSession, decode
+from app.mechanisms.gen_decode import decode
 from app.mechanisms.generation import generate
 
 MARK = "QX7"  # planted in every exemplar: must never come back in a result's privacy or internals
