@@ -105,16 +105,32 @@ def test_survives_restart(database_url, lm, embedder):
     from tests.conftest import LiveServer, free_port, server_settings
 
     settings = server_settings(database_url)
-    ids = []
+    # Laplace RNM is pure DP: each answer costs exactly epsilon 1 by basic composition.
+    answer = {"query": "Is it raining?", "mechanism": "rnm", "epsilon": 1.0, "partitions": 2,
+              "shots_per_partition": 2, "params": {"noise": "laplace"}}
+    seen: dict = {}
     for round_ in range(2):
         rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
         srv = LiveServer(create_app(settings, runtime=rt), free_port())
         srv.start()
         try:
             if round_ == 0:
-                ids.append(httpx.post(f"{srv.url}/v1/datasets", json=_payload()).json()["id"])
+                ds = httpx.post(f"{srv.url}/v1/datasets", json=_payload()).json()
+                r = httpx.post(f"{srv.url}/v1/private/classify", json={"dataset_id": ds["id"], **answer}, timeout=180)
+                assert r.status_code == 200, r.text
+                seen = {"ds": httpx.get(f"{srv.url}/v1/datasets/{ds['id']}").json(),
+                        "budget": httpx.get(f"{srv.url}/v1/datasets/{ds['id']}/budget").json()}
+                assert seen["budget"]["charges"] == 1
             else:
-                assert httpx.get(f"{srv.url}/v1/datasets/{ids[0]}").status_code == 200
+                ds_id = seen["ds"]["id"]
+                again = httpx.get(f"{srv.url}/v1/datasets/{ds_id}")
+                assert again.status_code == 200 and again.json() == seen["ds"]  # same metadata, counts, labels
+                assert httpx.get(f"{srv.url}/v1/datasets/{ds_id}/budget").json() == seen["budget"]  # spend kept
+                # The set still answers, and the restarted ledger composes on top of the stored charge.
+                r = httpx.post(f"{srv.url}/v1/private/classify", json={"dataset_id": ds_id, **answer}, timeout=180)
+                assert r.status_code == 200, r.text
+                budget = httpx.get(f"{srv.url}/v1/datasets/{ds_id}/budget").json()
+                assert budget["charges"] == 2 and budget["epsilon_spent"] == pytest.approx(2.0)
         finally:
             srv.stop()
             rt.close()

@@ -130,6 +130,10 @@ def test_submit_accepts_a_public_url(strict_client):
     r = strict_client.post("/v1/audits", json={"kind": "sleep", "config": {},
                                                "webhook_url": "https://hooks.example.com/dpicl"})
     assert r.status_code == 202, r.text
+    stored = strict_client.get(f"/v1/audits/{r.json()['id']}").json()
+    # Accepted and stored as given; nothing delivered yet (this server runs no jobs).
+    assert stored["webhook"]["url"] == "https://hooks.example.com/dpicl"
+    assert stored["webhook"]["attempts"] == 0 and stored["status"] == "queued"
 
 
 # --- delivery time: after DNS resolution -----------------------------------------------------------
