@@ -103,6 +103,12 @@ class Settings(BaseSettings):
     # first encrypts, every one decrypts (rotation: put the new key first, keep the old ones until
     # no stored job needs them).
     secrets_key: SecretStr | None = None
+    # Web UI (/ui, app/ui): the key that encrypts its session cookies (any string; unset: a random key per
+    # process, so sessions end at a restart and each process of a multi-process deployment needs it set),
+    # and the cookie's Secure flag (browsers also keep Secure cookies of http://localhost / 127.0.0.1).
+    ui_session_secret: SecretStr | None = None
+    ui_cookie_secure: bool = True
+    ui_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
 
     @field_validator("database_url")
     @classmethod

@@ -26,6 +26,9 @@ from app.store import keys_repo
 from app.store.base import DEFAULT_TENANT, new_id
 
 SCOPES = ("infer", "audit", "internals", "admin")
+# Shown by /v1/health (auth.warning) and as the banner of every /ui page in open mode.
+OPEN_MODE_WARNING = ("running OPEN: no API key required, every caller is the default tenant with every scope "
+                     "(local use only; create a key with `dpicl keys create --scopes admin`)")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,14 @@ def _authenticate(request: Request) -> Principal:
     if auth_mode(rt) == "open":
         return Principal(DEFAULT_TENANT, frozenset(SCOPES), None, open_mode=True)
     header = request.headers.get("authorization", "")
+    if not header and request.method in ("GET", "HEAD"):
+        # The web UI polls job status with its session cookie (HttpOnly, SameSite=Strict): read-only
+        # requests only, so a cookie can never submit, cancel or charge anything through the JSON API.
+        from app.ui.session import cookie_principal
+
+        p = cookie_principal(request)
+        if p is not None:
+            return p
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key",
@@ -95,13 +106,30 @@ def _authenticate(request: Request) -> Principal:
     parts = token.split("_", 2)
     if len(parts) != 3 or parts[0] != "dpicl":
         raise APIError(401, "invalid API key", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    p = principal_for_hash(rt, parts[1], hash_key(token))
+    if p is None:
+        raise APIError(401, "invalid or revoked API key", code="invalid_api_key",
+                       headers={"WWW-Authenticate": "Bearer"})
+    return p
+
+
+def principal_for_hash(rt, prefix: str, secret_hash: str) -> Principal | None:
+    """The principal of the active key with this prefix and SHA-256, or None (unknown, wrong, revoked).
+    The web UI's session cookie carries (prefix, hash), never the key, and is checked here on every request."""
     with rt.db.session() as s:
-        row = keys_repo.find_by_prefix(s, parts[1])
-        ok = row is not None and hmac.compare_digest(row.secret_hash, hash_key(token))
+        row = keys_repo.find_by_prefix(s, prefix)
+        ok = row is not None and hmac.compare_digest(row.secret_hash, secret_hash)
         if not ok or row.revoked_at is not None:
-            raise APIError(401, "invalid or revoked API key", code="invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
+            return None
         return Principal(row.tenant_id, frozenset(row.scopes), row.id)
+
+
+def principal_for_key(rt, token: str) -> Principal | None:
+    """The principal of a plaintext key (the /ui login form), or None."""
+    parts = token.strip().split("_", 2)
+    if len(parts) != 3 or parts[0] != "dpicl":
+        return None
+    return principal_for_hash(rt, parts[1], hash_key(token.strip()))
 
 
 def get_principal(request: Request) -> Principal:

@@ -15,13 +15,15 @@ from app.api.routes import audits, datasets, health, models, openai_compat, priv
 from app.config import Settings, get_settings
 from app.jobs import service as jobs_service
 from app.runtime import Runtime
+from app.ui import routes as ui_routes
 
 log = logging.getLogger("dpicl.api")
 
 # Every router, registered explicitly: a module that fails to import fails start-up instead of
 # silently removing a feature.
 ROUTERS = [health.router, models.router, privacy.router, datasets.router, private.router, private_generate.router,
-           openai_compat.router, audits.router]
+           openai_compat.router, audits.router,
+           ui_routes.router]  # the web dashboard (/ui, app/ui)
 
 
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:

@@ -93,15 +93,9 @@ def _job_headers(resource: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-@router.post("", status_code=202, summary="Submit an audit job")
-async def create_audit(
-    body: AuditCreate,
-    request: Request,
-    who: Auditor,
-    idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")
-    ] = None,
-):
+async def submit_audit(request: Request, body: AuditCreate, tenant_id: str, idempotency_key: str | None = None):
+    """Validate and enqueue one audit job; bad input raises the API's 422 naming the field
+    (shared by POST /v1/audits and the /ui form, which shows the message next to that field)."""
     webhook_url = str(body.webhook_url) if body.webhook_url is not None else None
     runner = service.get_runner(request.app)
     try:
@@ -114,7 +108,7 @@ async def create_audit(
             claimed_delta=body.claimed_delta,
             webhook_url=webhook_url,
             idempotency_key=idempotency_key,
-            tenant_id=who.tenant_id,
+            tenant_id=tenant_id,
             enqueue=getattr(runner, "enqueue", None),
         )
     except service.ConfigInvalid as exc:
@@ -137,6 +131,19 @@ async def create_audit(
         ) from None
     if sub.created and runner is not None:
         runner.notify()
+    return sub
+
+
+@router.post("", status_code=202, summary="Submit an audit job")
+async def create_audit(
+    body: AuditCreate,
+    request: Request,
+    who: Auditor,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")
+    ] = None,
+):
+    sub = await submit_audit(request, body, who.tenant_id, idempotency_key)
     headers = _job_headers(sub.resource)
     if not sub.created:
         headers["Idempotent-Replayed"] = "true"

@@ -302,6 +302,15 @@ async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
+def ledger_entry_object(e) -> dict[str, Any]:
+    """One ledger entry as the API shows it (also the /ui ledger table): never the released answer."""
+    return {"id": e.id, "object": "ledger_entry", "created_at": e.created_at.isoformat(), "key_id": e.key_id,
+            "mechanism": e.mechanism, "params": e.params, "epsilon": e.epsilon, "delta": e.delta,
+            "idempotency_key": e.idempotency_key, "status": e.status,
+            "refunded_at": e.refunded_at.isoformat() if e.refunded_at else None,
+            "epsilon_spent_after": e.epsilon_spent_after}
+
+
 @router.get("/{dataset_id}/ledger", dependencies=[Depends(require(*SCOPES))])
 async def list_ledger(
     dataset_id: str,
@@ -317,14 +326,7 @@ async def list_ledger(
             if budget_repo.get_account(s, dataset_id, tenant) is None:
                 return None
             rows, total = budget_repo.list_entries(s, dataset_id, limit=limit, offset=offset)
-            data = [
-                {"id": e.id, "object": "ledger_entry", "created_at": e.created_at.isoformat(), "key_id": e.key_id,
-                 "mechanism": e.mechanism, "params": e.params, "epsilon": e.epsilon, "delta": e.delta,
-                 "idempotency_key": e.idempotency_key, "status": e.status,
-                 "refunded_at": e.refunded_at.isoformat() if e.refunded_at else None,
-                 "epsilon_spent_after": e.epsilon_spent_after}
-                for e in rows
-            ]
+            data = [ledger_entry_object(e) for e in rows]
             return {"object": "list", "data": data, "total": total, "limit": limit, "offset": offset}
 
     obj = await run_in_threadpool(_list)

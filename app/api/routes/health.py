@@ -16,15 +16,14 @@ async def health(rt: RuntimeDep):
     loaded = sorted(rt.models)
     models_ok = all(name in rt.models for name in configured)
     ok = rt.ready and db["ok"] and models_ok
-    from app.api.auth import auth_mode
+    from app.api.auth import OPEN_MODE_WARNING, auth_mode
 
     mode = await run_in_threadpool(auth_mode, rt) if db["ok"] else rt.settings.auth_mode
     body = {
         "status": "ok" if ok else "unavailable",
         "auth": {
             "mode": mode,
-            "warning": "running OPEN: no API key required, every caller is the default tenant with every scope "
-            "(local use only; create a key with `dpicl keys create --scopes admin`)" if mode == "open" else None,
+            "warning": OPEN_MODE_WARNING if mode == "open" else None,
         },
         "version": rt.version,
         "ready": rt.ready,
