@@ -109,6 +109,8 @@ async def _form(request: Request) -> dict[str, str]:
     if len(body) > MAX_FORM_BYTES:
         raise APIError(413, "form too large", param="body")
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not body:
+        return {}
     if ctype != "application/x-www-form-urlencoded":
         raise APIError(415, "forms are posted as application/x-www-form-urlencoded", param="content-type")
     return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True).items()}
