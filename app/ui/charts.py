@@ -40,6 +40,10 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return out
 
 
+def _oneline(label: str) -> str:
+    return label.replace("\n", " ")
+
+
 def _fmt_tick(v: float) -> str:
     return f"{v:.3g}"
 
@@ -67,8 +71,10 @@ class _Frame:
                          f'<text class="tick" x="{ML - 6}" y="{_f(y + 4)}" text-anchor="end">{_fmt_tick(v)}</text>')
         for v, label in (xticks if xticks is not None else [(t, _fmt_tick(t)) for t in _ticks(self.x0, self.x1)]):
             x = self.x(v)
+            lines = "".join(f'<tspan x="{_f(x)}" dy="{0 if i == 0 else 12}">{escape(part)}</tspan>'
+                            for i, part in enumerate(label.split("\n")))  # "\n": a two-line label
             parts.append(f'<line class="grid" x1="{_f(x)}" x2="{_f(x)}" y1="{MT}" y2="{H - MB}"/>'
-                         f'<text class="tick" x="{_f(x)}" y="{H - MB + 16}" text-anchor="middle">{escape(label)}</text>')
+                         f'<text class="tick" x="{_f(x)}" y="{H - MB + 16}" text-anchor="middle">{lines}</text>')
         parts.append(f'<line class="axis" x1="{ML}" x2="{W - MR}" y1="{H - MB}" y2="{H - MB}"/>'
                      f'<line class="axis" x1="{ML}" x2="{ML}" y1="{MT}" y2="{H - MB}"/>')
         parts.append(f'<text class="label" x="{(ML + W - MR) / 2}" y="{H - 6}" text-anchor="middle">{escape(xlabel)}</text>')
@@ -78,12 +84,16 @@ class _Frame:
 
 
 def _svg(kind: str, title: str, desc: str, body: list[str], legend: Sequence[tuple[int, str]] = (),
-         attrs: str = "") -> Markup:
+         attrs: str = "", legend_at: str = "top-left") -> Markup:
     leg = []
     for i, (cls, name) in enumerate(legend):
-        y = MT + 8 + 16 * i
-        leg.append(f'<rect class="s{cls} fill" x="{ML + 10}" y="{y - 8}" width="10" height="10"/>'
-                   f'<text class="legend" x="{ML + 26}" y="{y + 1}">{escape(name)}</text>')
+        if legend_at == "bottom-right":
+            x, y = W - MR - 190, H - MB - 10 - 16 * (len(legend) - 1 - i)
+            leg.append(f'<rect class="legend-bg" x="{x - 4}" y="{y - 11}" width="190" height="16"/>')
+        else:
+            x, y = ML + 10, MT + 8 + 16 * i
+        leg.append(f'<rect class="s{cls} fill" x="{x}" y="{y - 8}" width="10" height="10"/>'
+                   f'<text class="legend" x="{x + 16}" y="{y + 1}">{escape(name)}</text>')
     return Markup(
         f'<svg class="chart" data-chart="{escape(kind)}" viewBox="0 0 {W} {H}" role="img" '
         f'aria-labelledby="t-{escape(kind)} d-{escape(kind)}" preserveAspectRatio="xMidYMid meet"{attrs}>'
@@ -105,14 +115,15 @@ def _polyline(frame: _Frame, xs: Sequence[float], ys: Sequence[float], cls: int,
 
 def line_chart(kind: str, title: str, series: Sequence[dict], *, xlabel: str, ylabel: str,
                xlim: tuple[float, float] | None = None, ylim: tuple[float, float] | None = None,
-               hlines: Sequence[tuple[float, str]] = (), points: bool = False) -> Markup:
+               hlines: Sequence[tuple[float, str]] = (), points: bool = False, legend_at: str = "top-left",
+               xticks: Sequence[tuple[float, str]] | None = None) -> Markup:
     """``series``: dicts with ``name``, ``x``, ``y`` and optional ``points`` (also draw dots) / ``dashed``."""
     xs = [v for s in series for v in s["x"] if v is not None and math.isfinite(v)]
     ys = [v for s in series for v in s["y"] if v is not None and math.isfinite(v)] + [v for v, _ in hlines]
     xlim = xlim or ((min(xs), max(xs)) if xs else (0.0, 1.0))
     ylim = ylim or ((min(0.0, min(ys)), max(ys) * 1.08 if ys and max(ys) > 0 else 1.0) if ys else (0.0, 1.0))
     fr = _Frame(xlim, ylim)
-    body = fr.axes(xlabel, ylabel)
+    body = fr.axes(xlabel, ylabel, xticks)
     for i, s in enumerate(series):
         pairs = [(x, y) for x, y in zip(s["x"], s["y"]) if x is not None and y is not None]
         body.append(_polyline(fr, [p[0] for p in pairs], [p[1] for p in pairs], s.get("cls", i),
@@ -126,7 +137,8 @@ def line_chart(kind: str, title: str, series: Sequence[dict], *, xlabel: str, yl
                     f'<text class="legend" x="{W - MR - 4}" y="{_f(y - 4)}" text-anchor="end">{escape(label)}</text>')
     desc = "; ".join(f"{s['name']}: " + ", ".join(f"({x:.3g}, {y:.3g})" for x, y in list(zip(s["x"], s["y"]))[:12]
                                                    if x is not None and y is not None) for s in series)
-    return _svg(kind, title, desc, body, [(s.get("cls", i), s["name"]) for i, s in enumerate(series)])
+    return _svg(kind, title, desc, body, [(s.get("cls", i), s["name"]) for i, s in enumerate(series)],
+                legend_at=legend_at)
 
 
 def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *, ylabel: str,
@@ -136,7 +148,7 @@ def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *
     vals = [v for _, v in bars if v is not None and math.isfinite(v)]
     top = ymax if ymax is not None else max(vals + ([ref[0]] if ref else []) + [1e-9]) * 1.15
     fr = _Frame((0, max(len(bars), 1)), (0, top))
-    ticks = [(i + 0.5, name) for i, (name, _) in enumerate(bars)]
+    ticks = [(i + 0.5, name) for i, (name, _) in enumerate(bars)]  # names may hold "\n" (two lines)
     body = fr.axes("", ylabel, ticks)
     for i, (name, v) in enumerate(bars):
         if v is None or not math.isfinite(v):
@@ -145,7 +157,7 @@ def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *
         x0, x1 = fr.x(i + 0.2), fr.x(i + 0.8)
         y = fr.y(min(v, top))
         body.append(f'<rect class="s{i % 6} fill bar" x="{_f(x0)}" y="{_f(y)}" width="{_f(x1 - x0)}" '
-                    f'height="{_f(max(fr.y(0) - y, 0.5))}" data-name="{escape(name)}" data-value="{_num(v)}"/>'
+                    f'height="{_f(max(fr.y(0) - y, 0.5))}" data-name="{escape(_oneline(name))}" data-value="{_num(v)}"/>'
                     f'<text class="tick" x="{_f((x0 + x1) / 2)}" y="{_f(y - 4)}" text-anchor="middle">{v:.3g}</text>')
         if errors and errors[i] is not None:
             lo, hi = errors[i]
@@ -156,7 +168,7 @@ def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *
         y = fr.y(min(ref[0], top))
         body.append(f'<line class="ref" x1="{ML}" x2="{W - MR}" y1="{_f(y)}" y2="{_f(y)}" data-value="{_num(ref[0])}"/>'
                     f'<text class="legend" x="{W - MR - 4}" y="{_f(y - 4)}" text-anchor="end">{escape(ref[1])}</text>')
-    desc = "; ".join(f"{n}: {'n/a' if v is None else f'{v:.4g}'}" for n, v in bars)
+    desc = "; ".join(f"{_oneline(n)}: {'n/a' if v is None else f'{v:.4g}'}" for n, v in bars)
     if ref is not None:
         desc += f"; {ref[1]}"
     return _svg(kind, title, desc, body)

@@ -132,7 +132,8 @@ def audit_charts(job: dict[str, Any]) -> list[dict[str, Any]]:
                                "cls": 1 + i, "points": True})
         out.append({"id": "roc", "title": "ROC: true vs false positive rate",
                     "svg": charts.line_chart("roc", "ROC: TPR against FPR", series, xlabel="false positive rate",
-                                             ylabel="true positive rate", xlim=(0, 1), ylim=(0, 1)),
+                                             ylabel="true positive rate", xlim=(0, 1), ylim=(0, 1),
+                                             legend_at="bottom-right"),
                     "note": "Points: the attacks' counted (FPR, TPR). The empirical ROC is descriptive (all trials, "
                             "threshold not fixed in advance); only the points carry the rigorous bound."})
 
@@ -140,10 +141,10 @@ def audit_charts(job: dict[str, Any]) -> list[dict[str, Any]]:
     if estimates:
         bars: list[tuple[str, float | None]] = []
         for tm, est in sorted(estimates.items()):
-            bars.append((f"{tm} lower bound", _num(est.get("epsilon_lower"))))
-            bars.append((f"{tm} point est.", _num(est.get("epsilon_point"))))
+            bars.append((f"{tm}\nlower bound", _num(est.get("epsilon_lower"))))
+            bars.append((f"{tm}\npoint est.", _num(est.get("epsilon_point"))))
             if est.get("gdp_applicable"):
-                bars.append((f"{tm} GDP est.", _num(est.get("epsilon_gdp"))))
+                bars.append((f"{tm}\nGDP est.", _num(est.get("epsilon_gdp"))))
         conf = _num(r.get("confidence"))
         ref = (claim_eps, f"claim ε = {claim_eps:.3g}") if claim_eps is not None else None
         out.append({"id": "bound", "title": "Empirical epsilon vs the claim",
@@ -234,14 +235,18 @@ def burn_down(budget: dict[str, Any], entries: list[dict[str, Any]], created_at:
     xs.append(max(now, xs[-1]))
     ys.append(total - float(budget["epsilon_spent"]))
     span = max(xs[-1] - start, 1.0)
-    rel = [x - start for x in xs]
+    # Time axis in a unit that suits the ledger's age.
+    unit, scale = next((u, sc) for limit, u, sc in ((120, "s", 1), (7200, "min", 60), (172800, "h", 3600),
+                                                     (math.inf, "days", 86400)) if span <= limit)
+    rel = [(x - start) / scale for x in xs]
 
     def label(t: float) -> str:
-        return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S")
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
     svg = charts.line_chart(
         "burndown", "Budget burn-down: epsilon remaining (composed)",
         [{"name": "epsilon remaining", "x": rel, "y": ys, "cls": 0, "points": True}],
-        xlabel=f"time (UTC) since {label(start)}, seconds", ylabel="epsilon remaining",
-        xlim=(0.0, span), ylim=(0.0, total * 1.05), hlines=[(total, f"budget ε = {total:.4g}")])
+        xlabel=f"{unit} since {label(start)} UTC (dataset created)", ylabel="epsilon remaining",
+        xlim=(0.0, span / scale), ylim=(0.0, total * 1.05), hlines=[(total, f"budget ε = {total:.4g}")],
+        legend_at="bottom-right")
     return svg
