@@ -25,10 +25,13 @@ $(VENV)/.installed: pyproject.toml
 serve: install
 	$(BIN)/dpicl serve
 
+# The /ui browser tests (tests/ui/test_browser_dashboard.py) need the system Chromium: installed here
+# when missing (apt-get), else they skip saying why.
 test: install
 	$(BIN)/ruff check app tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/dpicl models --warm
+	scripts/ensure_chromium.sh
 	$(BIN)/pytest -q
 
 clean-venv:

@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - the [test] extra pins it
     sync_playwright = None
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install -e '.[test]')"),
     pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium: run scripts/ensure_chromium.sh "
                        "(apt-get install -y chromium) or set DPICL_CHROMIUM to its path"),
