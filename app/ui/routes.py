@@ -117,10 +117,17 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _csrf_failed(page: _Page) -> Response:
-    page.session = page.session if not page.session.new else page.session
     return page.render("error.html", 403, title="Form expired",
                        message="The form's security token did not match this session (it may have expired, or the "
                                "form came from another site). Reload the page and submit it again.")
+
+
+def _cookie_will_be_dropped(request: Request) -> bool:
+    """A Secure cookie over plain http is kept by browsers for localhost / loopback only: say so at login
+    rather than failing every form with an expired token."""
+    secure = request.app.state.runtime.settings.ui_cookie_secure
+    host = (request.url.hostname or "").lower()
+    return secure and request.url.scheme != "https" and host not in ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
 def _safe_next(url: str | None) -> str:
@@ -157,7 +164,7 @@ async def login_form(request: Request, next: str | None = None):
     await page.resolve()
     if page.open:
         return page.redirect(_safe_next(next))
-    return page.render("login.html", next=_safe_next(next), error=None)
+    return page.render("login.html", next=_safe_next(next), error=None, insecure=_cookie_will_be_dropped(request))
 
 
 @router.post("/login")
@@ -173,7 +180,7 @@ async def login(request: Request):
     who = await run_in_threadpool(principal_for_key, rt, key) if key else None
     if who is None:
         # The key is never echoed back: the field is rendered empty.
-        return page.render("login.html", 401, next=nxt,
+        return page.render("login.html", 401, next=nxt, insecure=_cookie_will_be_dropped(request),
                            error="This API key is invalid or revoked." if key else "Enter an API key.")
     # A fresh session id at login (no session fixation), holding the key's prefix and hash only.
     page.session = sess.new_session(key)

@@ -281,3 +281,10 @@ def test_static_assets_are_versioned_package_files(keyed_server, ui):
         assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
     assert c.get("/ui/static/../session.py").status_code == 404
     assert c.get("/ui/static/ui.0.css").status_code == 404
+
+
+def test_login_warns_when_a_secure_cookie_cannot_stick(ui):
+    c = ui()
+    assert "drop the Secure session cookie" not in c.get("/ui/login").text  # loopback keeps it
+    r = c.get("/ui/login", headers={"Host": "dpicl.internal.example"})
+    assert r.status_code == 200 and "drop the Secure session cookie" in r.text
