@@ -219,6 +219,35 @@ def test_submit_an_audit_from_the_form_and_watch_it_finish(browser, server, shot
         context.close()
 
 
+def test_progress_is_live_and_cancel_works(browser, server, shots):
+    with _api(server, "A") as c:
+        slow = c.post("/v1/audits", json={"kind": "sleep", "config": {"steps": 16, "step_seconds": 0.15}}).json()
+        endless = c.post("/v1/audits", json={"kind": "sleep", "config": {"steps": 1000, "step_seconds": 0.1}}).json()
+    context, page = _login(browser, server, "A")
+    try:
+        page.goto(f"/ui/audits/{slow['id']}")
+        # The script updates the bar in place (no reload) while the job runs...
+        page.wait_for_function(
+            "id => { const e = document.querySelector(`[data-job-id='${id}']`); const v = e.querySelector('progress').value;"
+            " return e.dataset.status === 'running' && v > 0 && v < 100; }", arg=slow["id"], timeout=20_000)
+        # ...and the page re-renders when it is done.
+        expect(page.locator(f'[data-job-id="{slow["id"]}"]')).to_have_attribute("data-status", "succeeded",
+                                                                              timeout=30_000)
+        page.goto(f"/ui/audits/{endless['id']}")
+        page.wait_for_function("id => document.querySelector(`[data-job-id='${id}']`).dataset.status === 'running'",
+                               arg=endless["id"], timeout=20_000)
+        page.get_by_role("button", name="Cancel").click()
+        expect(page.get_by_role("status")).to_contain_text("Cancellation requested")
+        expect(page.locator(f'[data-job-id="{endless["id"]}"]')).to_have_attribute("data-status", "cancelled",
+                                                                                 timeout=20_000)
+        with _api(server, "A") as c:
+            assert c.get(f"/v1/audits/{endless['id']}").json()["status"] == "cancelled"
+        expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+        page.screenshot(path=str(shots / "cancelled.png"), full_page=True)
+    finally:
+        context.close()
+
+
 def test_tenant_b_never_sees_tenant_a(browser, server, tenant_a, shots):
     with _api(server, "A") as c:
         a_jobs = [j["id"] for j in c.get("/v1/audits", params={"limit": 100}).json()["data"]]
