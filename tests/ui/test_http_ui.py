@@ -204,7 +204,7 @@ def test_job_page_shows_power_bound_and_artifacts_and_rerun(keyed_server, ui):
     c = ui("A")
     page = c.get(f"/ui/audits/{job['id']}").text
     r = job["result"]
-    assert f'data-chart="power"' in page
+    assert 'data-chart="power"' in page
     for name, alt in r["power"]["alternatives"].items():
         assert f'data-name="{name}" data-value="{float(alt["detection"])!r}"' in page
     bb = r["estimates"]["black-box"]
