@@ -22,6 +22,7 @@ ROUTERS = [health.router, models.router]
 OPTIONAL_ROUTERS = (
     "app.api.routes.privacy",
     "app.api.routes.datasets",
+    "app.api.routes.budget_forecast",
     "app.api.routes.private",
     "app.api.routes.private_generate",
     "app.api.routes.openai_compat",

@@ -116,25 +116,8 @@ async def classify(
     if task != "classification":
         raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/generate",
                        param="dataset_id", code="wrong_task")
-    params = {k: v for k, v in params.items() if v is not None}
-    if "adjacency" not in params and mech.is_private:
-        params["adjacency"] = acc.adjacency
-    if mech.is_private and params.get("adjacency") and params["adjacency"] != acc.adjacency:
-        raise APIError(422, f"this dataset's budget is accounted under {acc.adjacency!r} adjacency",
-                       param="adjacency", code="adjacency_mismatch")
-    if not mech.is_private:
-        if any(k in params for k in ("epsilon", "delta")):
-            raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
-                           param="epsilon", code="not_private")
-        if mech.name != "zero_shot" and not rt.settings.allow_nonprivate_baselines:
-            raise APIError(422, f"mechanism {mech.name!r} puts the exemplars in the prompt without any privacy "
-                           "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
-                           param="mechanism", code="not_private")
-    try:
-        parsed = mech.parse_params(params)
-        cost = mech.cost(parsed, n_exemplars=len(exemplars))
-    except (MechanismParamError, ValueError) as exc:
-        raise _mechanism_error(exc) from None
+    parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
+                                       n_exemplars=len(exemplars))
     ledger = Ledger(rt.db)
     charges = mech.is_private or mech.name != "zero_shot"
     request_params = {"query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
@@ -171,6 +154,34 @@ async def classify(
     return await charge_and_release(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
         params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+
+
+def classification_cost(rt: Runtime, mech, params: dict[str, Any], *, account_adjacency: str,
+                        n_exemplars: int) -> tuple[Any, dict[str, Any]]:
+    """(parsed params, privacy cost) of one classification answer, before any model work: the one
+    path shared by ``classify`` and the budget forecast, so both see the same charge."""
+    from app.mechanisms.errors import MechanismParamError
+
+    params = {k: v for k, v in params.items() if v is not None}
+    if "adjacency" not in params and mech.is_private:
+        params["adjacency"] = account_adjacency
+    if mech.is_private and params.get("adjacency") and params["adjacency"] != account_adjacency:
+        raise APIError(422, f"this dataset's budget is accounted under {account_adjacency!r} adjacency",
+                       param="adjacency", code="adjacency_mismatch")
+    if not mech.is_private:
+        if any(k in params for k in ("epsilon", "delta")):
+            raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
+                           param="epsilon", code="not_private")
+        if mech.name != "zero_shot" and not rt.settings.allow_nonprivate_baselines:
+            raise APIError(422, f"mechanism {mech.name!r} puts the exemplars in the prompt without any privacy "
+                           "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
+                           param="mechanism", code="not_private")
+    try:
+        parsed = mech.parse_params(params)
+        cost = mech.cost(parsed, n_exemplars=n_exemplars)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mechanism_error(exc) from None
+    return parsed, cost
 
 
 async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: Any) -> Any:

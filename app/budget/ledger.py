@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from app.budget.composition import BudgetState, Charge, compose
+from app.budget.composition import BudgetState, Charge, compose, fits
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_on_grid
 from app.store import budget_repo as repo
 from app.store.base import utcnow
@@ -133,7 +133,7 @@ class Ledger:
             if acc is None:
                 raise NoBudgetAccount(dataset_id)
             spent, _ = compose(_state_of(acc).add(charge_of(cost)), acc.delta_budget)
-            if not spent <= acc.epsilon_budget * (1 + 1e-12):
+            if not fits(spent, acc.epsilon_budget):
                 raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
 
     def charge(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any], mechanism: str,
@@ -155,7 +155,7 @@ class Ledger:
             c = charge_of(cost)
             new_state = _state_of(acc).add(c)
             spent, method = compose(new_state, acc.delta_budget)
-            if not spent <= acc.epsilon_budget * (1 + 1e-12):
+            if not fits(spent, acc.epsilon_budget):
                 s.rollback()
                 raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
             # The entry keeps its curve on the account's grid, so a refund can recompose exactly.

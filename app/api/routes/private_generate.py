@@ -84,6 +84,34 @@ def _mech_error(exc: Exception) -> APIError:
 
 
 
+def generation_cost(rt: Runtime, mech, exemplars, query: str, *, epsilon, delta, adjacency, account_adjacency,
+                    max_tokens, template, params) -> tuple[Any, dict[str, Any]]:
+    """(request, privacy cost) of one generation answer, before any model work: the one path shared by
+    ``generate`` and the budget forecast. The charge is this cost (data-independent: max_tokens steps)."""
+    from app.mechanisms.errors import MechanismParamError
+    from app.mechanisms.generation import GenerationRequest
+
+    if account_adjacency is not None:
+        if adjacency is None:
+            adjacency = account_adjacency
+        elif mech.is_private and str(adjacency).strip().lower().replace("_", "-") != account_adjacency:
+            raise APIError(422, f"this dataset's budget is accounted under {account_adjacency!r} adjacency",
+                           param="adjacency", code="adjacency_mismatch")
+    if mech.is_private and epsilon is None:
+        epsilon = 1.0
+    try:
+        req = GenerationRequest.build(
+            exemplars if mech.reads_exemplars else [], query,
+            epsilon=epsilon, delta=DEFAULT_DELTA if delta is None else delta,
+            adjacency=adjacency or rt.settings.default_adjacency, max_tokens=max_tokens or 32,
+            template=template, params=params,
+        )
+        cost = mech.cost(req)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mech_error(exc) from None
+    return req, cost
+
+
 async def generate(
     rt: Runtime,
     principal: Principal,
@@ -104,7 +132,7 @@ async def generate(
     them so)."""
     from app.budget.ledger import Ledger
     from app.mechanisms.errors import MechanismParamError
-    from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
+    from app.mechanisms.generation import get_generation_mechanism
 
     if return_internals and not principal.has("internals"):
         raise APIError(403, "return_internals needs an API key with the 'internals' scope",
@@ -155,24 +183,9 @@ async def generate(
     if task != "generation":
         raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/classify",
                        param="dataset_id", code="wrong_task")
-    if acc is not None:
-        if adjacency is None:
-            adjacency = acc.adjacency
-        elif mech.is_private and str(adjacency).strip().lower().replace("_", "-") != acc.adjacency:
-            raise APIError(422, f"this dataset's budget is accounted under {acc.adjacency!r} adjacency",
-                           param="adjacency", code="adjacency_mismatch")
-    if mech.is_private and epsilon is None:
-        epsilon = 1.0
-    try:
-        req = GenerationRequest.build(
-            exemplars if mech.reads_exemplars else [], query,
-            epsilon=epsilon, delta=DEFAULT_DELTA if delta is None else delta,
-            adjacency=adjacency or rt.settings.default_adjacency, max_tokens=max_tokens or 32,
-            template=template, params=params,
-        )
-        cost = mech.cost(req)
-    except (MechanismParamError, ValueError) as exc:
-        raise _mech_error(exc) from None
+    req, cost = generation_cost(rt, mech, exemplars, query, epsilon=epsilon, delta=delta, adjacency=adjacency,
+                                account_adjacency=acc.adjacency if acc is not None else None,
+                                max_tokens=max_tokens, template=template, params=params)
 
     charges = mech.name != "zero_shot"
     ledger = Ledger(rt.db)
