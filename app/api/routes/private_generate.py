@@ -34,6 +34,7 @@ from app.api.private_service import (
     charge_and_release,
     noise_rng,
     replay_or_precheck,
+    reuse_key_of,
     run_for_tenant,
     visible,
 )
@@ -66,6 +67,8 @@ class GenerateRequest(BaseModel):
     embedder: str | None = None
     return_internals: bool = False
     seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    reuse: bool = Field(default=True, description="false: a fresh answer, charged, even when an identical "
+                                                  "request's answer was released before")
 
     @model_validator(mode="after")
     def _one_query(self) -> "GenerateRequest":
@@ -126,6 +129,7 @@ async def generate(
     seed: int | None,
     idempotency_key: str | None,
     embedder: str | None = None,
+    reuse: bool = True,
 ) -> PrivateAnswer:
     """One private generation, charged before release. ``params`` may carry ``epsilon``, ``delta``
     and ``adjacency`` beside the mechanism's own parameters (the OpenAI-compatible route passes
@@ -174,12 +178,12 @@ async def generate(
                 return None
             acc = budget_repo.get_account(s, dataset_id, principal.tenant_id)
             exemplars = datasets_repo.load_exemplars(s, dataset_id) if mech.reads_exemplars else []
-            return ds.task, dict(ds.template or {}), exemplars, ds.exemplar_count, acc
+            return ds.task, dict(ds.template or {}), exemplars, ds.exemplar_count, acc, bool(ds.answer_reuse)
 
     loaded = await run_in_threadpool(_load)
     if loaded is None:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
-    task, template, exemplars, n_exemplars, acc = loaded
+    task, template, exemplars, n_exemplars, acc, dataset_reuse = loaded
     if task != "generation":
         raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/classify",
                        param="dataset_id", code="wrong_task")
@@ -194,10 +198,14 @@ async def generate(
         "epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency, "max_tokens": req.max_tokens,
         **json.loads(json.dumps(dict(req.params), default=str)), "model": lm.name,
     }
+    # Seeded noise (tests, audits) is never reused, nor reuses another answer.
+    rkey = reuse_key_of("generate", mech.name, query, request_params, template=template,
+                        embedder=emb.name if emb is not None else None) if seed is None else None
+    may_reuse = rkey is not None and dataset_reuse and reuse
     if charges:
         early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
                                          params=request_params, idempotency_key=idempotency_key,
-                                         return_internals=return_internals)
+                                         return_internals=return_internals, reuse_key=rkey if may_reuse else None)
         if early is not None:
             return early
 
@@ -221,6 +229,7 @@ async def generate(
         "privacy": full["privacy"],
         "internals": full["internals"],  # stored with the charge for white-box audits; stripped unless asked
         "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "reused": False,
     }
     if not charges:
         body["budget"] = None
@@ -229,7 +238,8 @@ async def generate(
         return PrivateAnswer(visible(body, return_internals), spent, left)
     return await charge_and_release(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
-        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
+        reuse_key=rkey, reuse=may_reuse)
 
 
 @router.post("/generate")
@@ -248,7 +258,7 @@ async def private_generate(
         rt, principal, dataset_id=body.dataset_id, query=body.query or body.instruction or "",
         mechanism=body.mechanism, params=params, model=body.model, max_tokens=body.max_tokens,
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-        embedder=body.embedder,
+        embedder=body.embedder, reuse=body.reuse,
     )
     return JSONResponse(ans.body, headers=ans.headers())
 
