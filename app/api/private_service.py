@@ -142,7 +142,7 @@ async def classify(
     parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
                                        n_exemplars=len(exemplars))
     ledger = Ledger(rt.db)
-    charges = mech.is_private or mech.name != "zero_shot"
+    charges = is_charged(mech)
     request_params = {"query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
                       **json.loads(json.dumps(parsed.to_dict(), default=str)), "model": lm.name}
     # Seeded noise is for tests and audits: such an answer is never reused, nor reuses another.
@@ -183,6 +183,11 @@ async def classify(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
         params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
         reuse_key=rkey, reuse=may_reuse)
+
+
+def is_charged(mech) -> bool:
+    """Whether a classification answer of ``mech`` is charged to the ledger (the forecast asks the same)."""
+    return mech.is_private or mech.name != "zero_shot"
 
 
 def classification_cost(rt: Runtime, mech, params: dict[str, Any], *, account_adjacency: str,

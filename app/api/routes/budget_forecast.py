@@ -104,9 +104,9 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
                    "(the cost is data-independent); nothing else is charged or refunded meanwhile; answers "
                    "reused from identical earlier requests are free and not counted",
     }
-    if assumed["mechanism"] == "zero_shot":  # the private routes never charge it (it reads no exemplar)
+    if not assumed["charged"]:  # the private route's own rule (zero_shot reads no exemplar)
         out.update(charged=False, per_answer=_cost_view(base_cost) if base_cost else None, answers_remaining=None,
-                   note="zero_shot reads no exemplar and is never charged")
+                   note=f"{assumed['mechanism']} is never charged to the ledger")
         return out
 
     if answers is None:
@@ -154,7 +154,7 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
     from app.mechanisms.errors import MechanismParamError
 
     if task == "classification":
-        from app.api.private_service import _mechanism_error, classification_cost
+        from app.api.private_service import _mechanism_error, classification_cost, is_charged
         from app.mechanisms import get_mechanism
 
         if max_tokens is not None:
@@ -174,13 +174,14 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
                                                    n_exemplars=n_exemplars)
             except APIError as exc:
                 if tolerate_epsilon and exc.param == "epsilon":
-                    return None, {"mechanism": mech.name, "params": params}
+                    return None, {"mechanism": mech.name, "params": params, "charged": is_charged(mech)}
                 raise
-            return cost, {"mechanism": mech.name, "params": json.loads(json.dumps(parsed.to_dict(), default=str))}
+            return cost, {"mechanism": mech.name, "params": json.loads(json.dumps(parsed.to_dict(), default=str)),
+                          "charged": is_charged(mech)}
 
         return cost_at
 
-    from app.api.routes.private_generate import _mech_error, generation_cost
+    from app.api.routes.private_generate import _mech_error, generation_cost, is_charged_generation
     from app.mechanisms.generation import get_generation_mechanism
 
     try:
@@ -208,11 +209,11 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
                                         max_tokens=max_tokens, template=template, params=params)
         except APIError as exc:
             if tolerate_epsilon and exc.param == "epsilon":
-                return None, {"mechanism": mech.name, "params": params}
+                return None, {"mechanism": mech.name, "params": params, "charged": is_charged_generation(mech)}
             raise
         assumed = {"epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency,
                    "max_tokens": req.max_tokens, **json.loads(json.dumps(dict(req.params), default=str))}
-        return cost, {"mechanism": mech.name, "params": assumed}
+        return cost, {"mechanism": mech.name, "params": assumed, "charged": is_charged_generation(mech)}
 
     return cost_at
 

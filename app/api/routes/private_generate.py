@@ -87,6 +87,11 @@ def _mech_error(exc: Exception) -> APIError:
 
 
 
+def is_charged_generation(mech) -> bool:
+    """Whether a generation answer of ``mech`` is charged (``zero_shot`` reads no exemplar; the forecast asks the same)."""
+    return mech.name != "zero_shot"
+
+
 def generation_cost(rt: Runtime, mech, exemplars, query: str, *, epsilon, delta, adjacency, account_adjacency,
                     max_tokens, template, params) -> tuple[Any, dict[str, Any]]:
     """(request, privacy cost) of one generation answer, before any model work: the one path shared by
@@ -191,7 +196,7 @@ async def generate(
                                 account_adjacency=acc.adjacency if acc is not None else None,
                                 max_tokens=max_tokens, template=template, params=params)
 
-    charges = mech.name != "zero_shot"
+    charges = is_charged_generation(mech)
     ledger = Ledger(rt.db)
     request_params = {
         "query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
