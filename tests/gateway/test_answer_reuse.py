@@ -167,3 +167,26 @@ def test_generation_reuse(live_server):
     c = httpx.post(f"{live_server}/v1/private/generate", json={**req, "max_tokens": 2}, timeout=T)
     assert c.json()["reused"] is False
     assert _budget(live_server, ds)["charges"] == 2
+
+
+def test_a_black_box_remote_audit_draws_fresh_noise_every_trial(live_server):
+    """The remote canary-audit target registers its datasets with answer_reuse false: the same query
+    asked three times is answered (and charged) three times, never a stored answer."""
+    import numpy as np
+
+    from app.audit.queries import AttackQuery
+    from app.audit.targets import RemoteTarget
+
+    attack = AttackQuery(strategy="input_output", query="Will it rain tomorrow?", labels=tuple(LABELS),
+                         positive="weather", negative=None, instruction=None, canary=None)
+    target = RemoteTarget(live_server, "rnm", {"epsilon": 0.5, "partitions": 2, "shots_per_partition": 2,
+                                               "noise": "laplace"})
+    try:
+        rng = np.random.default_rng(0)
+        outs = [target._ask(EXEMPLARS, attack, rng, False) for _ in range(3)]
+    finally:
+        target.close()
+    ds = next(iter(target.datasets.values()))
+    assert [o["reused"] for o in outs] == [False] * 3
+    assert _budget(live_server, ds)["charges"] == 3
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}", timeout=T).json()["answer_reuse"] is False
