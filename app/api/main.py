@@ -11,7 +11,17 @@ from fastapi.concurrency import run_in_threadpool
 
 from app import __version__
 from app.api.errors import install_error_handlers
-from app.api.routes import audits, datasets, health, models, openai_compat, privacy, private, private_generate
+from app.api.routes import (
+    audits,
+    budget_forecast,
+    datasets,
+    health,
+    models,
+    openai_compat,
+    privacy,
+    private,
+    private_generate,
+)
 from app.config import Settings, get_settings
 from app.jobs import service as jobs_service
 from app.runtime import Runtime
@@ -22,7 +32,7 @@ log = logging.getLogger("dpicl.api")
 # Every router, registered explicitly: a module that fails to import fails start-up instead of
 # silently removing a feature.
 ROUTERS = [health.router, models.router, privacy.router, datasets.router, private.router, private_generate.router,
-           openai_compat.router, audits.router,
+           budget_forecast.router, openai_compat.router, audits.router,
            ui_routes.router]  # the web dashboard (/ui, app/ui)
 
 

@@ -4,7 +4,10 @@ Shared by ``POST /v1/private/classify`` and the OpenAI-compatible
 ``/v1/chat/completions``. The answer leaves only after its charge is committed;
 the released body is stored on the ledger entry, so a retry with the same
 ``Idempotency-Key`` returns it without a second charge (also after a crash
-between charge and release).
+between charge and release). An identical request (same dataset, normalized query,
+mechanism, parameters and model) gets the stored released answer back at no cost, marked
+``reused`` (post-processing of a released answer; docs/privacy.md, "Answer reuse"),
+unless the dataset opted out (``answer_reuse: false``) or the request asks ``reuse: false``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import logging
 import os
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,13 +41,30 @@ class PrivateAnswer:
     epsilon_spent: float
     epsilon_remaining: float
     replayed: bool = False
+    reused: bool = False
 
     def headers(self) -> dict[str, str]:
         return {
             "X-DPICL-Epsilon-Spent": f"{self.epsilon_spent:.6g}",
             "X-DPICL-Epsilon-Remaining": f"{self.epsilon_remaining:.6g}",
             **({"Idempotent-Replayed": "true"} if self.replayed else {}),
+            **({"X-DPICL-Reused": "true"} if self.reused else {}),
         }
+
+
+def normalize_query(query: str) -> str:
+    """The query as answer reuse compares it: Unicode NFC, whitespace runs collapsed, ends stripped
+    (the prompt templates strip the query too); case and punctuation are kept."""
+    return " ".join(unicodedata.normalize("NFC", query).split())
+
+
+def reuse_key_of(route: str, mechanism: str, query: str, params: dict[str, Any], **extra: Any) -> str:
+    """sha256 of what makes two private requests identical: the route, the mechanism, the normalized
+    query, every resolved mechanism parameter (defaults filled in) and the model. The dataset is the
+    ledger entry's own column, so the key is looked up within one dataset only."""
+    p = {k: v for k, v in params.items() if k != "query_sha256"}
+    doc = {"v": 1, "route": route, "mechanism": mechanism, "query": normalize_query(query), "params": p, **extra}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def budget_exhausted_error(exc: BudgetExhausted) -> APIError:
@@ -85,6 +106,7 @@ async def classify(
     return_internals: bool,
     seed: int | None,
     idempotency_key: str | None,
+    reuse: bool = True,
 ) -> PrivateAnswer:
     from app.mechanisms import get_mechanism
     from app.mechanisms.errors import MechanismParamError
@@ -107,43 +129,31 @@ async def classify(
             if ds is None:
                 return None
             acc = budget_repo.get_account(s, dataset_id, principal.tenant_id)
-            return ds.task, list(ds.labels), dict(ds.template), datasets_repo.load_exemplars(s, dataset_id), acc
+            return (ds.task, list(ds.labels), dict(ds.template), datasets_repo.load_exemplars(s, dataset_id), acc,
+                    bool(ds.answer_reuse))
 
     loaded = await run_in_threadpool(_load)
     if loaded is None:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
-    task, labels, template, exemplars, acc = loaded
+    task, labels, template, exemplars, acc, dataset_reuse = loaded
     if task != "classification":
         raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/generate",
                        param="dataset_id", code="wrong_task")
-    params = {k: v for k, v in params.items() if v is not None}
-    if "adjacency" not in params and mech.is_private:
-        params["adjacency"] = acc.adjacency
-    if mech.is_private and params.get("adjacency") and params["adjacency"] != acc.adjacency:
-        raise APIError(422, f"this dataset's budget is accounted under {acc.adjacency!r} adjacency",
-                       param="adjacency", code="adjacency_mismatch")
-    if not mech.is_private:
-        if any(k in params for k in ("epsilon", "delta")):
-            raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
-                           param="epsilon", code="not_private")
-        if mech.name != "zero_shot" and not rt.settings.allow_nonprivate_baselines:
-            raise APIError(422, f"mechanism {mech.name!r} puts the exemplars in the prompt without any privacy "
-                           "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
-                           param="mechanism", code="not_private")
-    try:
-        parsed = mech.parse_params(params)
-        cost = mech.cost(parsed, n_exemplars=len(exemplars))
-    except (MechanismParamError, ValueError) as exc:
-        raise _mechanism_error(exc) from None
+    parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
+                                       n_exemplars=len(exemplars))
     ledger = Ledger(rt.db)
-    charges = mech.is_private or mech.name != "zero_shot"
+    charges = is_charged(mech)
     request_params = {"query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
                       **json.loads(json.dumps(parsed.to_dict(), default=str)), "model": lm.name}
+    # Seeded noise is for tests and audits: such an answer is never reused, nor reuses another.
+    rkey = reuse_key_of("classify", mech.name, query, request_params, labels=labels, template=template) \
+        if seed is None else None
+    may_reuse = rkey is not None and dataset_reuse and reuse
 
     if charges:
         early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
                                          params=request_params, idempotency_key=idempotency_key,
-                                         return_internals=return_internals)
+                                         return_internals=return_internals, reuse_key=rkey if may_reuse else None)
         if early is not None:
             return early
 
@@ -163,6 +173,7 @@ async def classify(
         "privacy": full["privacy"],
         "internals": full["internals"],  # stored for white-box audits; stripped below unless asked
         "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "reused": False,
     }
     if not charges:
         body["budget"] = None
@@ -170,7 +181,41 @@ async def classify(
                              max(0.0, acc.epsilon_budget - acc.epsilon_spent))
     return await charge_and_release(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
-        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
+        reuse_key=rkey, reuse=may_reuse)
+
+
+def is_charged(mech) -> bool:
+    """Whether a classification answer of ``mech`` is charged to the ledger (the forecast asks the same)."""
+    return mech.is_private or mech.name != "zero_shot"
+
+
+def classification_cost(rt: Runtime, mech, params: dict[str, Any], *, account_adjacency: str,
+                        n_exemplars: int) -> tuple[Any, dict[str, Any]]:
+    """(parsed params, privacy cost) of one classification answer, before any model work: the one
+    path shared by ``classify`` and the budget forecast, so both see the same charge."""
+    from app.mechanisms.errors import MechanismParamError
+
+    params = {k: v for k, v in params.items() if v is not None}
+    if "adjacency" not in params and mech.is_private:
+        params["adjacency"] = account_adjacency
+    if mech.is_private and params.get("adjacency") and params["adjacency"] != account_adjacency:
+        raise APIError(422, f"this dataset's budget is accounted under {account_adjacency!r} adjacency",
+                       param="adjacency", code="adjacency_mismatch")
+    if not mech.is_private:
+        if any(k in params for k in ("epsilon", "delta")):
+            raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
+                           param="epsilon", code="not_private")
+        if mech.name != "zero_shot" and not rt.settings.allow_nonprivate_baselines:
+            raise APIError(422, f"mechanism {mech.name!r} puts the exemplars in the prompt without any privacy "
+                           "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
+                           param="mechanism", code="not_private")
+    try:
+        parsed = mech.parse_params(params)
+        cost = mech.cost(parsed, n_exemplars=n_exemplars)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mechanism_error(exc) from None
+    return parsed, cost
 
 
 async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: Any) -> Any:
@@ -195,9 +240,12 @@ async def replay_or_precheck(
     params: dict[str, Any],
     idempotency_key: str | None,
     return_internals: bool,
+    reuse_key: str | None = None,
 ) -> PrivateAnswer | None:
-    """Before any model work: an idempotent retry gets its stored answer back; a charge that cannot
-    fit the budget is refused (429). None means: go on and compute the answer."""
+    """Before any model work: an idempotent retry gets its stored answer back; an identical request
+    (``reuse_key`` given: reuse allowed) gets the stored released answer at no cost, also when the
+    budget is spent; a charge that cannot fit the budget is refused (429). None means: go on and
+    compute the answer."""
     if idempotency_key:
         try:
             replay = await run_in_threadpool(
@@ -207,6 +255,11 @@ async def replay_or_precheck(
             raise idempotency_conflict() from None
         if replay is not None:
             return replayed(replay, return_internals)
+    if reuse_key:
+        again = await run_in_threadpool(ledger.reuse, dataset_id=dataset_id, tenant_id=principal.tenant_id,
+                                        reuse_key=reuse_key)
+        if again is not None:
+            return reused(again, return_internals)
     try:
         await run_in_threadpool(ledger.precheck, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost)
     except BudgetExhausted as exc:
@@ -227,19 +280,25 @@ async def charge_and_release(
     body: dict[str, Any],
     idempotency_key: str | None,
     return_internals: bool,
+    reuse_key: str | None = None,
+    reuse: bool = False,
 ) -> PrivateAnswer:
-    """Charge the ledger for a computed answer, then release it (shared by every private route)."""
+    """Charge the ledger for a computed answer, then release it (shared by every private route).
+    ``reuse_key`` is stored with the charge; with ``reuse``, an identical answer charged meanwhile is
+    released instead (this one is dropped, never charged)."""
     try:
         ch = await run_in_threadpool(
             ledger.charge, dataset_id=dataset_id, tenant_id=principal.tenant_id, cost=cost,
             mechanism=mechanism, params=params, response=body, key_id=principal.key_id,
-            idempotency_key=idempotency_key)
+            idempotency_key=idempotency_key, reuse_key=reuse_key, reuse=reuse)
     except BudgetExhausted as exc:
         raise budget_exhausted_error(exc) from None
     except LedgerConflict:
         raise idempotency_conflict() from None
     except NoBudgetAccount:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found") from None
+    if ch.reused:
+        return reused(ch, return_internals)
     if ch.replayed_response is not None:
         return replayed(ch, return_internals)
     if os.environ.get(_CRASH_AFTER_CHARGE) == "1":
@@ -291,3 +350,14 @@ def replayed(ch, return_internals: bool) -> PrivateAnswer:
     body = dict(ch.replayed_response)
     body["budget"] = budget_block(ch)
     return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining, replayed=True)
+
+
+def reused(ch, return_internals: bool) -> PrivateAnswer:
+    """The stored answer of an identical earlier request, released again at zero cost."""
+    body = dict(ch.replayed_response)
+    body["reused"] = True
+    first = ch.released_at.isoformat() if hasattr(ch.released_at, "isoformat") else ch.released_at
+    body["reuse"] = {"ledger_entry_id": ch.entry_id, "first_released_at": first, "epsilon_charged": 0.0,
+                     "why": "the released answer of an identical earlier request (post-processing: no new cost)"}
+    body["budget"] = budget_block(ch)
+    return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining, reused=True)

@@ -249,7 +249,8 @@ class RemoteGenerationTarget:
         if self.params.get("adjacency"):
             budget["adjacency"] = self.params["adjacency"]
         body = {"name": "canary-audit", "task": "generation", "template": tmpl, "budget": budget,
-                "exemplars": [{"input": a, "output": b} for a, b in context]}
+                "exemplars": [{"input": a, "output": b} for a, b in context],
+                "answer_reuse": False}  # every trial draws fresh noise (no stored answer of an identical query)
         key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         if key not in self.datasets:
             self.datasets[key] = gateway_post(self.client, "/v1/datasets", body, "register dataset", self.retry,

@@ -383,6 +383,8 @@ class RemoteTarget:
             "template": tmpl,
             "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
             "exemplars": [{"input": a, "output": b} for a, b in context],
+            # Every trial must draw fresh noise: identical queries must not get a stored answer back.
+            "answer_reuse": False,
         }
         key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         if key not in self.datasets:

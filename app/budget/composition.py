@@ -75,6 +75,16 @@ class BudgetState:
         return np.array([math.inf if x is None else float(x) for x in values], dtype=float)
 
 
+# The ledger's acceptance test (a relative slack for float sums such as 10 x 0.1 vs 1.0);
+# the forecast uses the same test, so forecast and ledger agree to the last answer.
+BUDGET_RTOL = 1e-12
+
+
+def fits(spent: float, epsilon_budget: float) -> bool:
+    """True when a composed spend is within the budget (the ledger's test, shared with the forecast)."""
+    return spent <= epsilon_budget * (1 + BUDGET_RTOL)
+
+
 def compose(state: BudgetState, delta_budget: float) -> tuple[float, str]:
     """(epsilon spent at ``delta_budget``, route) for the charges in ``state``."""
     if state.charges == 0:

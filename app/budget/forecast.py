@@ -1,61 +1,151 @@
-"""How many more answers fit in a budget if each costs what a given charge cost (pure math, no SQL).
+"""Budget forecast: how many more identical answers a dataset's budget pays for, and the
+largest per-answer epsilon for which N more answers fit (pure math, no SQL).
 
-Composition is the ledger's own (app.budget.composition.compose: the smaller of basic composition
-and RDP composition converted at the budget's delta), so under RDP the forecast is more than
-``remaining / epsilon_per_answer``: k further answers add k times the charge's RDP curve (Mironov
-2017, Prop. 1) and the sum is converted once.
+The forecast composes exactly as the ledger does (``app.budget.ledger.Ledger.charge``):
+the same ``BudgetState.add`` arithmetic in the same order (one charge after another,
+so floating-point sums are bit-identical), the same ``compose`` (the smaller of basic
+composition, Dwork & Roth 2014 Thm 3.16, and RDP composition, Mironov 2017 Prop. 1,
+converted at the budget's delta) and the same acceptance test ``fits``. So "N answers
+remaining" means: the next N identical charges are accepted and the (N+1)-th is
+refused, provided nothing else is charged or refunded in between.
+
+Both questions are monotone (each charge adds non-negative amounts to every sum, and
+a larger per-answer epsilon gives a larger charge), so the count is found by galloping
+then bisection on the count, and the epsilon by a geometric scan then bisection.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
-import numpy as np
+from app.budget.composition import BudgetState, Charge, compose, fits
+from app.privacy.rdp import rdp_on_grid
 
-from app.budget.composition import BudgetState, Charge, compose
-
-CAP = 1_000_000  # forecasts beyond this are reported as ">= CAP"
-
-
-def _k_more(state: BudgetState, c: Charge, k: int) -> BudgetState:
-    s = BudgetState(state.orders.copy(), state.rdp_sum.copy(), state.basic_epsilon + k * c.epsilon,
-                    state.basic_delta + k * c.delta, state.nocurve_epsilon, state.nocurve_delta, state.charges + k)
-    if c.has_curve:
-        s.rdp_sum = s.rdp_sum + k * np.asarray(c.rdp, dtype=float)
-    else:
-        s.nocurve_epsilon += k * c.epsilon
-        s.nocurve_delta += k * c.delta
-    return s
+# Exact simulation is O(answers); beyond this the count is reported as "at least".
+COUNT_LIMIT = 1_000_000
+ANSWERS_LIMIT = 100_000
 
 
-def answers_remaining(state: BudgetState, charge: Charge, epsilon_budget: float, delta_budget: float,
-                      cap: int = CAP) -> int:
-    """The largest k <= cap such that k more answers of cost ``charge`` keep the composed epsilon
-    within ``epsilon_budget`` (the ledger's acceptance test, with its 1e-12 relative slack).
-    ``charge.rdp`` must be on ``state.orders`` (ledger entries store it so)."""
-    if not math.isfinite(charge.epsilon) or charge.epsilon <= 0:
-        return 0 if not math.isfinite(charge.epsilon) else cap
-
-    def fits(k: int) -> bool:
-        spent, _ = compose(_k_more(state, charge, k), delta_budget)
-        return spent <= epsilon_budget * (1 + 1e-12)
-
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= cap and fits(hi):  # composed spend grows with k: exponential then binary search
-        lo, hi = hi, hi * 2
-    if hi > cap:
-        return cap if fits(cap) else _bisect(fits, lo, cap)
-    return _bisect(fits, lo, hi)
+@dataclass(frozen=True)
+class Count:
+    answers: int  # identical answers that fit after the current state
+    capped: bool  # True: at least ``answers`` (the simulation stopped at the limit)
+    epsilon_spent_after: float  # composed spend after those answers (at the budget's delta)
+    method: str  # composition route after those answers: rdp | basic | none
 
 
-def _bisect(fits, lo: int, hi: int) -> int:
-    """lo fits, hi does not: the largest fitting k."""
-    while hi - lo > 1:
+def repeat(state: BudgetState, charge: Charge, k: int) -> BudgetState:
+    """``state.add(charge)`` applied ``k`` times, with the same floating-point operations in the
+    same order (the curve is carried to the grid once: ``rdp_on_grid`` is deterministic)."""
+    if k <= 0:
+        return state
+    grid = rdp_on_grid(charge.orders, charge.rdp, state.orders) if charge.has_curve else None
+    rdp = state.rdp_sum.copy()
+    be, bd, ne, nd = state.basic_epsilon, state.basic_delta, state.nocurve_epsilon, state.nocurve_delta
+    eps, dl = float(charge.epsilon), float(charge.delta)
+    for _ in range(k):
+        be += eps
+        bd += dl
+        if grid is not None:
+            rdp = rdp + grid
+        else:
+            ne += eps
+            nd += dl
+    return BudgetState(state.orders.copy(), rdp, be, bd, ne, nd, state.charges + k)
+
+
+def _ok(state: BudgetState, epsilon_budget: float, delta_budget: float) -> bool:
+    return fits(compose(state, delta_budget)[0], epsilon_budget)
+
+
+def count_answers(state: BudgetState, charge: Charge, epsilon_budget: float, delta_budget: float,
+                  limit: int = COUNT_LIMIT) -> Count:
+    """The largest n <= limit such that n more ``charge``s fit, as the ledger would accept them."""
+    if not math.isfinite(charge.epsilon) or not _ok(state.add(charge), epsilon_budget, delta_budget):
+        spent, method = compose(state, delta_budget)
+        return Count(0, False, spent, method)
+    lo, lo_state = 1, state.add(charge)  # fits
+    hi = None
+    while hi is None:  # gallop: 2, 4, 8, ... until one does not fit
+        cand = min(2 * lo, limit)
+        if cand == lo:
+            spent, method = compose(lo_state, delta_budget)
+            return Count(lo, True, spent, method)
+        cand_state = repeat(lo_state, charge, cand - lo)
+        if _ok(cand_state, epsilon_budget, delta_budget):
+            lo, lo_state = cand, cand_state
+        else:
+            hi = cand
+    while hi - lo > 1:  # invariant: lo fits, hi does not
         mid = (lo + hi) // 2
-        if fits(mid):
+        mid_state = repeat(lo_state, charge, mid - lo)
+        if _ok(mid_state, epsilon_budget, delta_budget):
+            lo, lo_state = mid, mid_state
+        else:
+            hi = mid
+    spent, method = compose(lo_state, delta_budget)
+    return Count(lo, False, spent, method)
+
+
+@dataclass(frozen=True)
+class EpsilonFit:
+    epsilon: float | None  # largest per-answer epsilon found (None: none fits)
+    epsilon_refused: float | None  # a slightly larger epsilon at which the answers no longer fit
+    evaluations: int
+
+
+def largest_epsilon(answers: int, state: BudgetState, charge_for: Callable[[float], Charge | None],
+                    epsilon_budget: float, delta_budget: float, *, rtol: float = 1e-6,
+                    lowest: float | None = None, highest: float | None = None) -> EpsilonFit:
+    """The largest per-answer epsilon e such that ``answers`` charges ``charge_for(e)`` fit.
+
+    ``charge_for`` returns None where the mechanism cannot be configured at e (treated as not
+    fitting). Scan e = budget * 2^j downwards from ``highest`` (default 64 x the budget: with RDP
+    composition and a per-answer delta below the budget's, one answer's epsilon may exceed the
+    total) to ``lowest`` (default 2^-40 x the budget), then bisect between the last fitting and
+    the first refused value to relative width ``rtol``. The returned epsilon is one at which the
+    exact simulation accepted every answer.
+    """
+    n_eval = 0
+
+    def ok(e: float) -> bool:
+        nonlocal n_eval
+        n_eval += 1
+        c = charge_for(e)
+        if c is None or not math.isfinite(c.epsilon):
+            return False
+        return _ok(repeat(state, c, answers), epsilon_budget, delta_budget)
+
+    top = highest if highest is not None else 64.0 * epsilon_budget
+    bottom = lowest if lowest is not None else epsilon_budget * 2.0 ** -40
+    refused: float | None = None
+    e = top
+    good: float | None = None
+    while e >= bottom:
+        if ok(e):
+            good = e
+            break
+        refused = e
+        e /= 2.0
+    if good is None:
+        return EpsilonFit(None, refused, n_eval)
+    if refused is None:  # even the highest value tried fits
+        return EpsilonFit(good, None, n_eval)
+    lo, hi = good, refused
+    while (hi - lo) > rtol * lo:
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
             lo = mid
         else:
             hi = mid
-    return lo
+    return EpsilonFit(lo, hi, n_eval)
+
+
+def spend_after(state: BudgetState, charge: Charge, n: int, delta_budget: float) -> tuple[float, str]:
+    return compose(repeat(state, charge, n), delta_budget)
+
+
+__all__ = ["ANSWERS_LIMIT", "COUNT_LIMIT", "Count", "EpsilonFit", "count_answers", "largest_epsilon", "repeat",
+           "spend_after"]

@@ -6,7 +6,10 @@ composes the charge with every earlier live charge and refuses it if the total
 would exceed the budget; only a committed charge lets the answer out. The
 released response is stored on the entry, so a retry with the same idempotency
 key gets the same answer back and is never charged twice (also after a crash
-between charge and release). A failed answer is refunded: the entry stays, marked
+between charge and release). An identical request (same ``reuse_key``: normalized query,
+mechanism, parameters, model) may get the stored answer of an earlier live charge at no
+cost: releasing a released answer again is post-processing (Dwork & Roth 2014, Prop. 2.1).
+A failed answer is refunded: the entry stays, marked
 ``refunded``, and the account's sums are recomputed from the live entries.
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from app.budget.composition import BudgetState, Charge, compose
+from app.budget.composition import BudgetState, Charge, compose, fits
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_on_grid
 from app.store import budget_repo as repo
 from app.store.base import utcnow
@@ -52,6 +55,8 @@ class ChargeResult:
     epsilon_budget: float
     delta_budget: float
     replayed_response: dict[str, Any] | None = None  # set when an idempotent retry hit a stored answer
+    reused: bool = False  # the stored answer of an identical earlier request, released again at no cost
+    released_at: Any = None  # when the reused answer was first released
 
     @property
     def remaining(self) -> float:
@@ -126,6 +131,16 @@ class Ledger:
             return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
                                 replayed_response=prior.response)
 
+    def reuse(self, *, dataset_id: str, tenant_id: str, reuse_key: str) -> ChargeResult | None:
+        """The stored answer of an earlier live charge of an identical request, or None (no charge)."""
+        with self.db.session() as s:
+            acc = repo.get_account(s, dataset_id, tenant_id)
+            prior = repo.find_reusable(s, dataset_id, reuse_key) if acc is not None else None
+            if prior is None:
+                return None
+            return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                                replayed_response=prior.response, reused=True, released_at=prior.created_at)
+
     def precheck(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any]) -> None:
         """Refuse early (no lock, no model work) when the charge cannot fit; ``charge`` decides for real."""
         with self.db.session() as s:
@@ -133,13 +148,19 @@ class Ledger:
             if acc is None:
                 raise NoBudgetAccount(dataset_id)
             spent, _ = compose(_state_of(acc).add(charge_of(cost)), acc.delta_budget)
-            if not spent <= acc.epsilon_budget * (1 + 1e-12):
+            if not fits(spent, acc.epsilon_budget):
                 raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
 
     def charge(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any], mechanism: str,
                params: dict[str, Any], response: dict[str, Any], key_id: str | None = None,
-               idempotency_key: str | None = None) -> ChargeResult:
-        """Charge ``cost`` and record ``response`` as released; raise BudgetExhausted when over budget."""
+               idempotency_key: str | None = None, reuse_key: str | None = None,
+               reuse: bool = False) -> ChargeResult:
+        """Charge ``cost`` and record ``response`` as released; raise BudgetExhausted when over budget.
+
+        ``reuse_key`` is stored on the entry (a later identical request may reuse this answer);
+        with ``reuse``, an identical request charged meanwhile (a concurrent twin) is found under
+        the account's lock and its answer returned instead: this one is dropped unreleased, uncharged.
+        """
         with self.db.session() as s:
             acc = repo.lock_account(s, dataset_id, tenant_id)
             if acc is None:
@@ -152,10 +173,16 @@ class Ledger:
                     s.rollback()
                     return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
                                         replayed_response=prior.response)
+            if reuse and reuse_key:
+                twin = repo.find_reusable(s, dataset_id, reuse_key)
+                if twin is not None:
+                    s.rollback()
+                    return ChargeResult(twin.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                                        replayed_response=twin.response, reused=True, released_at=twin.created_at)
             c = charge_of(cost)
             new_state = _state_of(acc).add(c)
             spent, method = compose(new_state, acc.delta_budget)
-            if not spent <= acc.epsilon_budget * (1 + 1e-12):
+            if not fits(spent, acc.epsilon_budget):
                 s.rollback()
                 raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
             # The entry keeps its curve on the account's grid, so a refund can recompose exactly.
@@ -165,7 +192,7 @@ class Ledger:
             entry = repo.add_entry(
                 s, dataset_id=dataset_id, tenant_id=tenant_id, key_id=key_id, mechanism=mechanism, params=params,
                 epsilon=c.epsilon, delta=c.delta, rdp=curve, idempotency_key=idempotency_key, status="charged",
-                response=response, epsilon_spent_after=spent,
+                response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
             )
             _store_state(acc, new_state, spent, method)
             s.commit()

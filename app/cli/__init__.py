@@ -1,4 +1,4 @@
-"""The ``dpicl`` command: serve, migrate, models; one module per command group (audit, keys, privacy, worker)."""
+"""The ``dpicl`` command: serve, migrate, models; one module per command group (audit, budget, keys, privacy, worker)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from app.cli import audit as _audit
+from app.cli import budget as _budget
 from app.cli import keys as _keys
 from app.cli import privacy as _privacy
 from app.cli import worker as _worker
@@ -80,6 +81,7 @@ def models(
 # Explicit registration: a command group that fails to import is an error, not a missing feature.
 cli.add_typer(_privacy.privacy_app, name="privacy", help="Privacy math: calibrate, convert, empirical bounds.")
 cli.add_typer(_audit.audit_app, name="audit", help="Audit jobs: submit, wait, CI verdicts.")
+cli.add_typer(_budget.budget_app, name="budget", help="Privacy budgets: forecast remaining answers.")
 cli.add_typer(_keys.keys_app, name="keys", help="API keys: create, list, revoke.")
 _worker.register(cli)
 

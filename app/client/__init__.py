@@ -186,6 +186,12 @@ class _Endpoints:
         return self._call(_Req("PUT", f"/v1/datasets/{dataset_id}/budget",
                                json={"epsilon": epsilon, "delta": delta}, retry=True))
 
+    def budget_forecast(self, dataset_id: str, **params: Any) -> Any:
+        """``mechanism``, ``epsilon``, ``delta``, ``partitions``, ... -> answers_remaining; ``answers=N`` -> the
+        largest per-answer epsilon for N answers (composed exactly as the ledger composes)."""
+        return self._call(_Req("GET", f"/v1/datasets/{dataset_id}/budget/forecast", params=_drop_none(params),
+                               retry=True))
+
     def ledger(self, dataset_id: str, **params: Any) -> Any:
         return self._call(_Req("GET", f"/v1/datasets/{dataset_id}/ledger", params=_drop_none(params), retry=True))
 

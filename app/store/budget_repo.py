@@ -46,6 +46,17 @@ def find_entry(session: Session, dataset_id: str, idempotency_key: str) -> Ledge
     )
 
 
+def find_reusable(session: Session, dataset_id: str, reuse_key: str) -> LedgerEntry | None:
+    """The earliest live charge of an identical request whose released answer is stored."""
+    return session.scalar(
+        select(LedgerEntry)
+        .where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.reuse_key == reuse_key,
+               LedgerEntry.status == "charged", LedgerEntry.response.is_not(None))
+        .order_by(LedgerEntry.id)
+        .limit(1)
+    )
+
+
 def get_entry(session: Session, entry_id: int) -> LedgerEntry | None:
     return session.get(LedgerEntry, entry_id)
 

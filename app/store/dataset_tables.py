@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint, true
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.store.base import DEFAULT_TENANT, Base, UTCDateTime, utcnow
@@ -26,6 +26,8 @@ class Dataset(Base):
     exemplar_count: Mapped[int] = mapped_column(Integer)
     label_counts: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # An identical private request returns the stored released answer at no cost (docs/privacy.md).
+    answer_reuse: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
 
     exemplars: Mapped[list["Exemplar"]] = relationship(
         back_populates="dataset", cascade="all, delete-orphan", passive_deletes=True, order_by="Exemplar.position"

@@ -21,6 +21,7 @@ def create_dataset(
     labels: list[str],
     template: dict[str, Any],
     exemplars: Sequence[tuple[str, str]],
+    answer_reuse: bool = True,
 ) -> Dataset:
     ds = Dataset(
         id=new_id("ds"),
@@ -31,6 +32,7 @@ def create_dataset(
         template=dict(template),
         exemplar_count=len(exemplars),
         label_counts=dict(Counter(out for _, out in exemplars)) if task == "classification" else {},
+        answer_reuse=answer_reuse,
     )
     session.add(ds)
     session.flush()

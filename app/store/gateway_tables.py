@@ -61,6 +61,7 @@ class LedgerEntry(Base):
     __table_args__ = (
         UniqueConstraint("dataset_id", "idempotency_key", name="uq_ledger_entries_dataset_idempotency"),
         Index("ix_ledger_entries_dataset_created", "dataset_id", "created_at"),
+        Index("ix_ledger_entries_dataset_reuse_key", "dataset_id", "reuse_key"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -76,5 +77,8 @@ class LedgerEntry(Base):
     status: Mapped[str] = mapped_column(String(16), default="charged")  # charged | refunded
     response: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     epsilon_spent_after: Mapped[float] = mapped_column(Float)
+    # sha256 of the normalized request (query, mechanism, parameters, model): answer reuse finds the
+    # released answer of an identical earlier request here. None: not reusable (seeded noise, opt-out).
+    reuse_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     refunded_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

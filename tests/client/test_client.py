@@ -146,6 +146,7 @@ def test_paths_and_fields_match_the_live_openapi(live_server):
     rec.budget("ds_1")
     rec.set_budget("ds_1", epsilon=1, delta=1e-5)
     rec.ledger("ds_1")
+    rec.budget_forecast("ds_1", mechanism="rnm", epsilon=1.0)
     rec.classify("ds_1", "q", epsilon=1.0, partitions=2, shots_per_partition=1)
     rec.generate("ds_1", "q", epsilon=1.0, max_tokens=4)
     rec.calibrate()

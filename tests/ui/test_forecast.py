@@ -1,4 +1,4 @@
-"""answers_remaining against the ledger's own acceptance test, one answer at a time."""
+"""count_answers (the forecast the dashboard shows) against the ledger's own acceptance test, one answer at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from app.budget.composition import BudgetState, Charge, compose
-from app.budget.forecast import answers_remaining
+from app.budget.forecast import count_answers
 from app.privacy.rdp import DEFAULT_ORDERS
 
 
@@ -35,10 +35,11 @@ def test_forecast_is_the_ledgers_one_by_one_count(charge, spent_before, budget):
     for _ in range(spent_before):
         state = state.add(charge)
     want = _one_by_one(state, charge, budget, 1e-5)
-    assert answers_remaining(state, charge, budget, 1e-5) == want
+    assert count_answers(state, charge, budget, 1e-5).answers == want
     if charge.has_curve and spent_before == 0:
         assert want > math.floor(budget / charge.epsilon)  # composed, not summed
 
 
 def test_forecast_is_capped():
-    assert answers_remaining(BudgetState(), Charge(1e-9, 0.0), 8.0, 1e-5, cap=1000) == 1000
+    n = count_answers(BudgetState(), Charge(1e-9, 0.0), 8.0, 1e-5, limit=1000)
+    assert n.answers == 1000 and n.capped

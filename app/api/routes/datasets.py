@@ -49,6 +49,8 @@ class DatasetMeta(BaseModel):
     task: Literal["classification", "generation"] = "classification"
     labels: list[str] | None = Field(default=None, max_length=100)
     template: TemplateIn | None = None
+    answer_reuse: bool = Field(default=True, description="an identical private request gets the stored released "
+                                                         "answer at no cost (false: every request is charged)")
 
     @field_validator("labels")
     @classmethod
@@ -114,6 +116,7 @@ def dataset_object(ds, acc=None) -> dict[str, Any]:
         "label_counts": ds.label_counts,
         "template": ds.template,
         "created_at": ds.created_at.isoformat() if isinstance(ds.created_at, datetime) else ds.created_at,
+        "answer_reuse": bool(ds.answer_reuse),
         "budget": budget_object(acc),
     }
 
@@ -199,7 +202,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
     def _store():
         with rt.db.session() as s:
             ds = repo.create_dataset(s, tenant_id=tenant, name=meta.name, task=meta.task, labels=meta.labels or [],
-                                     template=template, exemplars=rows)
+                                     template=template, exemplars=rows, answer_reuse=meta.answer_reuse)
             b = meta.budget
             Ledger(rt.db).open_account(
                 s, dataset_id=ds.id, tenant_id=tenant,
@@ -238,6 +241,31 @@ async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
             return dataset_object(ds, budget_repo.get_account(s, ds.id, tenant)) if ds else None
 
     obj = await run_in_threadpool(_get)
+    if obj is None:
+        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+    return obj
+
+
+class DatasetPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    answer_reuse: bool | None = Field(default=None, description="false: identical requests are charged again")
+
+
+@router.patch("/{dataset_id}", dependencies=[Depends(require("admin"))])
+async def patch_dataset(dataset_id: str, body: DatasetPatch, rt: RuntimeDep, tenant: TenantDep):
+    """Change a dataset's settings (``answer_reuse``). Exemplars and labels are fixed once registered."""
+
+    def _patch():
+        with rt.db.session() as s:
+            ds = repo.get_dataset(s, dataset_id, tenant)
+            if ds is None:
+                return None
+            if body.answer_reuse is not None:
+                ds.answer_reuse = body.answer_reuse
+            s.commit()
+            return dataset_object(ds, budget_repo.get_account(s, ds.id, tenant))
+
+    obj = await run_in_threadpool(_patch)
     if obj is None:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
     return obj

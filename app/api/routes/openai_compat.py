@@ -3,7 +3,7 @@
 The DP parameters ride in extra body fields (``extra_body`` in the official client):
 ``dataset_id`` (required), ``mechanism``, ``epsilon``, ``delta``, ``partitions``,
 ``shots_per_partition``, ``adjacency``, ``calibrate``, ``return_internals``, ``seed``,
-``dp_params``. The last user message is the query. The response carries OpenAI's
+``reuse``, ``dp_params``. The last user message is the query. The response carries OpenAI's
 fields plus a ``dp`` block with the cost and the remaining budget.
 """
 
@@ -52,6 +52,7 @@ class ChatCompletionRequest(BaseModel):
     calibrate: bool | None = None
     return_internals: bool = False
     seed: int | None = Field(default=None, ge=0)
+    reuse: bool = True
     dp_params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -89,12 +90,14 @@ async def chat_completions(
         ans = await generate(rt, principal, dataset_id=body.dataset_id, query=query,
                              mechanism=body.mechanism or "esa", params=params, model=model_name,
                              max_tokens=body.max_completion_tokens or body.max_tokens,
-                             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key)
+                             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+                             reuse=body.reuse)
         content = ans.body.get("text", "")
     else:
         ans = await private_service.classify(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
-            model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key)
+            model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+            reuse=body.reuse)
         content = ans.body["label"]
     b = ans.body
     out = {
@@ -106,6 +109,7 @@ async def chat_completions(
                      "logprobs": None}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"), "privacy": b.get("privacy"),
-               "budget": b.get("budget"), **({"internals": b["internals"]} if "internals" in b else {})},
+               "budget": b.get("budget"), "reused": bool(b.get("reused")),
+               **({"reuse": b["reuse"]} if "reuse" in b else {}), **({"internals": b["internals"]} if "internals" in b else {})},
     }
     return JSONResponse(out, headers=ans.headers())

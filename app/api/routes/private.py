@@ -30,6 +30,8 @@ class ClassifyRequest(BaseModel):
     model: str | None = None
     return_internals: bool = False
     seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    reuse: bool = Field(default=True, description="false: a fresh answer, charged, even when an identical "
+                                                  "request's answer was released before")
     params: dict[str, Any] = Field(default_factory=dict, description="further mechanism parameters")
 
     def mechanism_params(self) -> dict[str, Any]:
@@ -48,7 +50,7 @@ async def classify(
     ans = await private_service.classify(
         rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
         params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
-        idempotency_key=idempotency_key,
+        idempotency_key=idempotency_key, reuse=body.reuse,
     )
     return JSONResponse(ans.body, headers=ans.headers())
 

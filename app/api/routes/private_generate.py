@@ -34,6 +34,7 @@ from app.api.private_service import (
     charge_and_release,
     noise_rng,
     replay_or_precheck,
+    reuse_key_of,
     run_for_tenant,
     visible,
 )
@@ -66,6 +67,8 @@ class GenerateRequest(BaseModel):
     embedder: str | None = None
     return_internals: bool = False
     seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    reuse: bool = Field(default=True, description="false: a fresh answer, charged, even when an identical "
+                                                  "request's answer was released before")
 
     @model_validator(mode="after")
     def _one_query(self) -> "GenerateRequest":
@@ -84,6 +87,39 @@ def _mech_error(exc: Exception) -> APIError:
 
 
 
+def is_charged_generation(mech) -> bool:
+    """Whether a generation answer of ``mech`` is charged (``zero_shot`` reads no exemplar; the forecast asks the same)."""
+    return mech.name != "zero_shot"
+
+
+def generation_cost(rt: Runtime, mech, exemplars, query: str, *, epsilon, delta, adjacency, account_adjacency,
+                    max_tokens, template, params) -> tuple[Any, dict[str, Any]]:
+    """(request, privacy cost) of one generation answer, before any model work: the one path shared by
+    ``generate`` and the budget forecast. The charge is this cost (data-independent: max_tokens steps)."""
+    from app.mechanisms.errors import MechanismParamError
+    from app.mechanisms.generation import GenerationRequest
+
+    if account_adjacency is not None:
+        if adjacency is None:
+            adjacency = account_adjacency
+        elif mech.is_private and str(adjacency).strip().lower().replace("_", "-") != account_adjacency:
+            raise APIError(422, f"this dataset's budget is accounted under {account_adjacency!r} adjacency",
+                           param="adjacency", code="adjacency_mismatch")
+    if mech.is_private and epsilon is None:
+        epsilon = 1.0
+    try:
+        req = GenerationRequest.build(
+            exemplars if mech.reads_exemplars else [], query,
+            epsilon=epsilon, delta=DEFAULT_DELTA if delta is None else delta,
+            adjacency=adjacency or rt.settings.default_adjacency, max_tokens=max_tokens or 32,
+            template=template, params=params,
+        )
+        cost = mech.cost(req)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mech_error(exc) from None
+    return req, cost
+
+
 async def generate(
     rt: Runtime,
     principal: Principal,
@@ -98,13 +134,14 @@ async def generate(
     seed: int | None,
     idempotency_key: str | None,
     embedder: str | None = None,
+    reuse: bool = True,
 ) -> PrivateAnswer:
     """One private generation, charged before release. ``params`` may carry ``epsilon``, ``delta``
     and ``adjacency`` beside the mechanism's own parameters (the OpenAI-compatible route passes
     them so)."""
     from app.budget.ledger import Ledger
     from app.mechanisms.errors import MechanismParamError
-    from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
+    from app.mechanisms.generation import get_generation_mechanism
 
     if return_internals and not principal.has("internals"):
         raise APIError(403, "return_internals needs an API key with the 'internals' scope",
@@ -146,45 +183,34 @@ async def generate(
                 return None
             acc = budget_repo.get_account(s, dataset_id, principal.tenant_id)
             exemplars = datasets_repo.load_exemplars(s, dataset_id) if mech.reads_exemplars else []
-            return ds.task, dict(ds.template or {}), exemplars, ds.exemplar_count, acc
+            return ds.task, dict(ds.template or {}), exemplars, ds.exemplar_count, acc, bool(ds.answer_reuse)
 
     loaded = await run_in_threadpool(_load)
     if loaded is None:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
-    task, template, exemplars, n_exemplars, acc = loaded
+    task, template, exemplars, n_exemplars, acc, dataset_reuse = loaded
     if task != "generation":
         raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/classify",
                        param="dataset_id", code="wrong_task")
-    if acc is not None:
-        if adjacency is None:
-            adjacency = acc.adjacency
-        elif mech.is_private and str(adjacency).strip().lower().replace("_", "-") != acc.adjacency:
-            raise APIError(422, f"this dataset's budget is accounted under {acc.adjacency!r} adjacency",
-                           param="adjacency", code="adjacency_mismatch")
-    if mech.is_private and epsilon is None:
-        epsilon = 1.0
-    try:
-        req = GenerationRequest.build(
-            exemplars if mech.reads_exemplars else [], query,
-            epsilon=epsilon, delta=DEFAULT_DELTA if delta is None else delta,
-            adjacency=adjacency or rt.settings.default_adjacency, max_tokens=max_tokens or 32,
-            template=template, params=params,
-        )
-        cost = mech.cost(req)
-    except (MechanismParamError, ValueError) as exc:
-        raise _mech_error(exc) from None
+    req, cost = generation_cost(rt, mech, exemplars, query, epsilon=epsilon, delta=delta, adjacency=adjacency,
+                                account_adjacency=acc.adjacency if acc is not None else None,
+                                max_tokens=max_tokens, template=template, params=params)
 
-    charges = mech.name != "zero_shot"
+    charges = is_charged_generation(mech)
     ledger = Ledger(rt.db)
     request_params = {
         "query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
         "epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency, "max_tokens": req.max_tokens,
         **json.loads(json.dumps(dict(req.params), default=str)), "model": lm.name,
     }
+    # Seeded noise (tests, audits) is never reused, nor reuses another answer.
+    rkey = reuse_key_of("generate", mech.name, query, request_params, template=template,
+                        embedder=emb.name if emb is not None else None) if seed is None else None
+    may_reuse = rkey is not None and dataset_reuse and reuse
     if charges:
         early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
                                          params=request_params, idempotency_key=idempotency_key,
-                                         return_internals=return_internals)
+                                         return_internals=return_internals, reuse_key=rkey if may_reuse else None)
         if early is not None:
             return early
 
@@ -208,6 +234,7 @@ async def generate(
         "privacy": full["privacy"],
         "internals": full["internals"],  # stored with the charge for white-box audits; stripped unless asked
         "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "reused": False,
     }
     if not charges:
         body["budget"] = None
@@ -216,7 +243,8 @@ async def generate(
         return PrivateAnswer(visible(body, return_internals), spent, left)
     return await charge_and_release(
         ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
-        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals)
+        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
+        reuse_key=rkey, reuse=may_reuse)
 
 
 @router.post("/generate")
@@ -235,7 +263,7 @@ async def private_generate(
         rt, principal, dataset_id=body.dataset_id, query=body.query or body.instruction or "",
         mechanism=body.mechanism, params=params, model=body.model, max_tokens=body.max_tokens,
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-        embedder=body.embedder,
+        embedder=body.embedder, reuse=body.reuse,
     )
     return JSONResponse(ans.body, headers=ans.headers())
 
