@@ -294,9 +294,18 @@ async def chaos(st: State, cluster: "Cluster", kill_at: list[tuple[float, str]])
         await asyncio.sleep(max(0.0, st.t0 + at - time.monotonic()))
         t = time.monotonic() - st.t0
         if what == "worker":
-            victim = cluster.workers[0]
-            running = await asyncio.to_thread(cluster.running_jobs_of, f"soak-{victim.role}")
+            # Kill a worker in the middle of a job (waiting up to 60 s for one to be running), so that
+            # the reaper has something to re-queue; else the first worker.
+            victim, running = cluster.workers[0], []
+            for _ in range(120):
+                busy = [(w, j) for w in cluster.workers
+                        for j in [await asyncio.to_thread(cluster.running_jobs_of, f"soak-{w.role}")] if j]
+                if busy:
+                    victim, running = busy[0]
+                    break
+                await asyncio.sleep(0.5)
             victim.kill9()
+            t = time.monotonic() - st.t0
             st.events.append((t, f"kill -9 {victim.role} (running jobs: {len(running)})"))
             await asyncio.sleep(1.0)
             victim.start()
@@ -419,6 +428,7 @@ def drain_jobs(url: str, st: State, timeout: float) -> dict[str, Any]:
     seen = {j["id"] for j in jobs}
     return {
         "jobs": len(jobs), "by_status": dict(Counter(j["status"] for j in jobs)),
+        "by_kind": dict(Counter(j["kind"] for j in jobs)),
         "retried_after_a_crash": sum(1 for j in jobs if j.get("attempts", 1) > 1),
         "errors": dict(Counter((j.get("error") or {}).get("code") for j in jobs if j["status"] == "failed")),
         "verdicts": dict(Counter(str(j.get("verdict")) for j in jobs if j["status"] == "succeeded")),
@@ -532,16 +542,17 @@ def per_minute(recs: list[Rec], rss: list[tuple[float, str, int, float]], roles:
 
 
 def rss_growth(rss: list[tuple[float, str, int, float]], warmup: float = 30.0) -> list[dict]:
-    """Per process incarnation: median RSS over its first minute after ``warmup`` s vs over its last minute."""
+    """Per process incarnation: median RSS over its first minute after ``warmup`` s vs over its last minute
+    (the two windows do not overlap; a process that lived less than ``warmup`` + 90 s is not judged)."""
     out = []
     for (role, inc) in sorted({(s[1], s[2]) for s in rss}):
         pts = [(t, v) for t, r, i, v in rss if r == role and i == inc]
         start, stop = pts[0][0], pts[-1][0]
-        if stop - start < warmup + 60:
+        if stop - start < warmup + 90:
             out.append({"process": f"{role}#{inc}", "lived_s": round(stop - start), "note": "too short to judge"})
             continue
         first = [v for t, v in pts if start + warmup <= t < start + warmup + 60]
-        last = [v for t, v in pts if t >= stop - 60]
+        last = [v for t, v in pts if t >= max(stop - 60, start + warmup + 60)]
         a, b = statistics.median(first), statistics.median(last)
         out.append({"process": f"{role}#{inc}", "lived_s": round(stop - start), "first_min_mib": round(a, 1),
                     "last_min_mib": round(b, 1), "growth_mib": round(b - a, 1),
@@ -651,6 +662,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          and not replay["failed"] and not unfinished_queue)
     (tmp / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     (tmp / "records.json").write_text(json.dumps([asdict(r) for r in st.recs]))
+    (tmp / "rss.json").write_text(json.dumps(sampler.samples))
     # The checker's inputs, to re-check (or audit the checker) after the run.
     (tmp / "ledger.json").write_text(json.dumps({"answers": st.answers, "attempted": st.attempted,
                                                  "entries": entries, "budgets": budgets}, default=str))
