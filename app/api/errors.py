@@ -83,6 +83,18 @@ def validation_error(errors: list[dict], prefix: str = "") -> APIError:
     return APIError(422, "; ".join(parts), param=param, code="invalid_value")
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(req: Request) -> list[str]:
+    """Every method some route fully matches on this request's path (asked of the router itself:
+    FastAPI's included routers resolve their routes lazily)."""
+    from starlette.routing import Match
+
+    return [m for m in _METHODS
+            if any(r.matches({**req.scope, "method": m})[0] == Match.FULL for r in req.app.router.routes)]
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_req: Request, exc: APIError):
@@ -96,14 +108,22 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException):
+    async def _http(req: Request, exc: StarletteHTTPException):
         message = exc.detail if isinstance(exc.detail, str) else "error"
+        headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 404 and message == "Not Found":
             message = "no such route"
+        if exc.status_code == 405:
+            # Starlette names only the first matching route's methods; a path served by several
+            # routes (GET and POST /v1/datasets) must list them all (RFC 9110 section 15.5.6).
+            allowed = allowed_methods(req)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"method {req.method} is not allowed here; allowed: {', '.join(allowed)}"
         return JSONResponse(
-            error_body(message, _TYPES.get(exc.status_code, "api_error"), None, None),
+            error_body(message, _TYPES.get(exc.status_code, "api_error"), None, "method_not_allowed"
+                       if exc.status_code == 405 else None),
             status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
+            headers=headers or None,
         )
 
     from app.llm.errors import CapabilityError

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.api.deps import RuntimeDep, TenantDep
+from app.api.deps import Offset, RuntimeDep, TenantDep
 from app.api.errors import APIError, validation_error
 from app.api.auth import SCOPES, require
 from app.budget.ledger import Ledger
@@ -218,7 +218,7 @@ async def list_datasets(
     rt: RuntimeDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ):
     def _list():
         with rt.db.session() as s:
@@ -308,7 +308,7 @@ async def list_ledger(
     rt: RuntimeDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ):
     """Ledger entries, oldest first (append-only; refunds are marked, never removed)."""
 

@@ -51,7 +51,7 @@ class ChatCompletionRequest(BaseModel):
     adjacency: str | None = None
     calibrate: bool | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
     dp_params: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -29,7 +29,7 @@ class ClassifyRequest(BaseModel):
     calibrate: bool | None = Field(default=None, description="contextual calibration of the label scores")
     model: str | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
     params: dict[str, Any] = Field(default_factory=dict, description="further mechanism parameters")
 
     def mechanism_params(self) -> dict[str, Any]:

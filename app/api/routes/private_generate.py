@@ -65,7 +65,7 @@ class GenerateRequest(BaseModel):
     model: str | None = None
     embedder: str | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
 
     @model_validator(mode="after")
     def _one_query(self) -> "GenerateRequest":

@@ -122,7 +122,7 @@ class CanaryMIAConfig(BaseModel):
     statistic: Literal["margin", "positive", "reference_vector"] = "margin"
     objective: Literal["epsilon", "mu"] = "epsilon"
     threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
     @model_validator(mode="after")
     def _default_mechanism(self) -> CanaryMIAConfig:

@@ -65,7 +65,7 @@ class ClassificationConfig(BaseModel):
     variants: list[Literal["label", "full"]] = Field(default_factory=lambda: ["label"], min_length=1)
     calibrate: list[bool] = Field(default_factory=lambda: [False], min_length=1, max_length=2)
     template: str | dict[str, Any] | None = Field(default=None, description="app.icl preset or fields; default: the dataset's")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
     @field_validator("n_shots")
     @classmethod
@@ -90,7 +90,7 @@ class DecodingConfig(BaseModel):
     neighbour: Literal["zero-out", "remove"] = "zero-out"
     label: str | None = None
     template: str | dict[str, str] = "generic"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
 
     @model_validator(mode="after")
     def _one_of(self) -> DecodingConfig:
