@@ -314,7 +314,8 @@ async def list_ledger(
 
     def _list():
         with rt.db.session() as s:
-            if budget_repo.get_account(s, dataset_id, tenant) is None:
+            acc = budget_repo.get_account(s, dataset_id, tenant)
+            if acc is None:
                 return None
             rows, total = budget_repo.list_entries(s, dataset_id, limit=limit, offset=offset)
             data = [
@@ -322,7 +323,10 @@ async def list_ledger(
                  "mechanism": e.mechanism, "params": e.params, "epsilon": e.epsilon, "delta": e.delta,
                  "idempotency_key": e.idempotency_key, "status": e.status,
                  "refunded_at": e.refunded_at.isoformat() if e.refunded_at else None,
-                 "epsilon_spent_after": e.epsilon_spent_after}
+                 "epsilon_spent_after": e.epsilon_spent_after,
+                 # The charge's RDP curve on the account's order grid, as the ledger composed it
+                 # (null values: +inf; no curve: composed by basic composition).
+                 "accounting": {"orders": list(acc.rdp_orders), "rdp": e.rdp} if e.rdp is not None else None}
                 for e in rows
             ]
             return {"object": "list", "data": data, "total": total, "limit": limit, "offset": offset}

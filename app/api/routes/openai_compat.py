@@ -69,6 +69,7 @@ async def chat_completions(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    include: private_service.IncludeQuery = None,
 ):
     if body.stream:
         raise APIError(422, "streaming is not supported: a private answer is released whole, after its charge",
@@ -105,7 +106,7 @@ async def chat_completions(
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop",
                      "logprobs": None}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"), "privacy": b.get("privacy"),
+        "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"), "privacy": private_service.compact_privacy(b.get("privacy"), include == "accounting"),
                "budget": b.get("budget"), **({"internals": b["internals"]} if "internals" in b else {})},
     }
     return JSONResponse(out, headers=ans.headers())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,13 +44,14 @@ async def classify(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    include: private_service.IncludeQuery = None,
 ):
     ans = await private_service.classify(
         rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
         params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
         idempotency_key=idempotency_key,
     )
-    return JSONResponse(ans.body, headers=ans.headers())
+    return JSONResponse(private_service.presented(ans.body, include == "accounting"), headers=ans.headers())
 
 
 @router.get("/mechanisms")

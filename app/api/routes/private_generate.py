@@ -30,9 +30,11 @@ from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.api.private_service import (
+    IncludeQuery,
     PrivateAnswer,
     charge_and_release,
     noise_rng,
+    presented,
     replay_or_precheck,
     run_for_tenant,
     visible,
@@ -225,6 +227,7 @@ async def private_generate(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    include: IncludeQuery = None,
 ):
     params = {**body.params, "epsilon": body.epsilon, "delta": body.delta, "adjacency": body.adjacency}
     for reserved in ("epsilon", "delta", "adjacency"):
@@ -237,7 +240,7 @@ async def private_generate(
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
         embedder=body.embedder,
     )
-    return JSONResponse(ans.body, headers=ans.headers())
+    return JSONResponse(presented(ans.body, include == "accounting"), headers=ans.headers())
 
 
 @router.get("/generate/mechanisms")
