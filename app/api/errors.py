@@ -83,16 +83,33 @@ def validation_error(errors: list[dict], prefix: str = "") -> APIError:
     return APIError(422, "; ".join(parts), param=param, code="invalid_value")
 
 
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+def _flat_routes(routes):
+    """The concrete routes, through FastAPI's lazily included routers (``effective_candidates``)."""
+    for r in routes:
+        if hasattr(r, "effective_candidates"):
+            yield from _flat_routes(r.effective_candidates())
+        else:
+            yield r
 
 
 def allowed_methods(req: Request) -> list[str]:
-    """Every method some route fully matches on this request's path (asked of the router itself:
-    FastAPI's included routers resolve their routes lazily)."""
-    from starlette.routing import Match
+    """Every method a route serves on this request's path. A literal route wins over a templated
+    one, as in the OpenAPI document: /v1/audits/plan (POST) is not /v1/audits/{job_id} (GET)."""
+    from starlette._utils import get_route_path
 
-    return [m for m in _METHODS
-            if any(r.matches({**req.scope, "method": m})[0] == Match.FULL for r in req.app.router.routes)]
+    path = get_route_path(req.scope)
+    found: dict[str, int] = {}
+    for r in _flat_routes(req.app.router.routes):
+        regex, methods = getattr(r, "path_regex", None), getattr(r, "methods", None)
+        if regex is None or not methods or not regex.match(path):
+            continue
+        n = len(getattr(r, "param_convertors", None) or {})
+        for m in methods:
+            found[m] = min(n, found.get(m, n))
+    if not found:
+        return []
+    fewest = min(found.values())
+    return sorted(m for m, n in found.items() if n == fewest)
 
 
 def install_error_handlers(app: FastAPI) -> None:

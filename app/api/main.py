@@ -96,4 +96,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
                 raise
             continue
         installer.install(app)
+    from app.api.openapi import install_openapi
+
+    install_openapi(app, settings)
     return app

@@ -22,8 +22,8 @@ def test_largest_offset_is_served(live_server):
 
 
 @pytest.mark.parametrize("body_path,field", [("/v1/private/classify", "seed"), ("/v1/private/generate", "seed")])
-def test_seed_beyond_64_bits_is_422(live_server, body_path, field):
-    r = httpx.post(f"{live_server}{body_path}", json={"dataset_id": "ds_x", "query": "q", field: 2**64})
+def test_seed_beyond_json_safe_integers_is_422(live_server, body_path, field):
+    r = httpx.post(f"{live_server}{body_path}", json={"dataset_id": "ds_x", "query": "q", field: 2**53})
     assert r.status_code == 422 and r.json()["error"]["param"] == field, r.text
 
 

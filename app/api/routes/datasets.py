@@ -10,6 +10,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.jsonbody import JSONBody
+
 from app.api.deps import Offset, RuntimeDep, TenantDep
 from app.api.errors import APIError, validation_error
 from app.api.auth import SCOPES, require
@@ -19,35 +21,44 @@ from app.store import datasets_repo as repo
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
+# A label is not blank (same pattern as the chat route's non-blank text; see there).
+NON_BLANK = r"[^\s\x1c-\x1f]"
+
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
 
 
-class TemplateIn(BaseModel):
+class TemplateIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     instruction: str | None = Field(default=None, max_length=2000)
     input_prefix: str | None = Field(default=None, max_length=200)
     output_prefix: str | None = Field(default=None, max_length=200)
 
 
-class ExemplarIn(BaseModel):
+class ExemplarIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     input: str
     output: str
 
 
-class BudgetIn(BaseModel):
+class BudgetIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="total epsilon for every answer on this set")
     delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
     adjacency: Literal["replace-one", "add-remove"] | None = None
 
 
-class DatasetMeta(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DatasetMeta(JSONBody):
+    # labels: required (a list) unless task is "generation", as _task_labels checks.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "if": {"required": ["task"], "properties": {"task": {"const": "generation"}}},
+        "then": {},
+        "else": {"required": ["labels"], "properties": {"labels": {"type": "array"}}},
+    })
     name: str = Field(min_length=1, max_length=200)
     budget: BudgetIn | None = None
     task: Literal["classification", "generation"] = "classification"
-    labels: list[str] | None = Field(default=None, max_length=100)
+    labels: list[Annotated[str, Field(pattern=NON_BLANK)]] | None = Field(
+        default=None, min_length=2, max_length=100)
     template: TemplateIn | None = None
 
     @field_validator("labels")
@@ -272,7 +283,7 @@ async def get_budget(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
-class BudgetUpdate(BaseModel):
+class BudgetUpdate(JSONBody):
     model_config = ConfigDict(extra="forbid")
     epsilon: float = Field(gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)

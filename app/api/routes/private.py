@@ -8,6 +8,8 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.jsonbody import JSONBody
+
 from app.api import private_service
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
@@ -15,7 +17,7 @@ from app.api.deps import RuntimeDep
 router = APIRouter(prefix="/v1/private", tags=["private inference"])
 
 
-class ClassifyRequest(BaseModel):
+class ClassifyRequest(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=64)
@@ -29,7 +31,7 @@ class ClassifyRequest(BaseModel):
     calibrate: bool | None = Field(default=None, description="contextual calibration of the label scores")
     model: str | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
     params: dict[str, Any] = Field(default_factory=dict, description="further mechanism parameters")
 
     def mechanism_params(self) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.jsonbody import JSONBody
+
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
@@ -50,8 +52,12 @@ DEFAULT_DELTA = 1e-6  # per answer; ESA/clip-softmax/PoE also carry RDP curves t
 MAX_TOKENS_LIMIT = 512
 
 
-class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GenerateRequest(JSONBody):
+    # Exactly one of query / instruction (null counts as absent), as the validator below checks.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["query"], "properties": {"query": {"type": "string"}, "instruction": {"type": "null"}}},
+        {"required": ["instruction"], "properties": {"instruction": {"type": "string"}, "query": {"type": "null"}}},
+    ]})
 
     dataset_id: str = Field(min_length=1, max_length=64)
     query: str | None = Field(default=None, min_length=1, max_length=20_000,
@@ -67,7 +73,7 @@ class GenerateRequest(BaseModel):
     model: str | None = None
     embedder: str | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
 
     @model_validator(mode="after")
     def _one_query(self) -> "GenerateRequest":
