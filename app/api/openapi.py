@@ -95,6 +95,11 @@ STATUSES: dict[tuple[str, str], tuple[str, ...]] = {
     ("get", "/v1/audits/{job_id}/artifacts/{name}"): ("401", "403", "404", "422"),
 }
 DEFAULT_STATUSES = ("401", "403", "422")
+# Success statuses beside the route's own.
+EXTRA_SUCCESS = {
+    ("post", "/v1/audits"): {"200": "Idempotent replay: the job an earlier submission with this Idempotency-Key "
+                                    "and the same body created (header Idempotent-Replayed: true)"},
+}
 
 
 def _error_response(code: str) -> dict[str, Any]:
@@ -113,6 +118,8 @@ def _declare_errors(doc: dict[str, Any]) -> None:
             responses.pop("422", None)
             for code in STATUSES.get((method, path), DEFAULT_STATUSES):
                 responses[code] = _error_response(code)
+            for code, desc in EXTRA_SUCCESS.get((method, path), {}).items():
+                responses[code] = {"description": desc, "content": {"application/json": {"schema": {}}}}
 
 
 # ---------------------------------------------------------------------------
