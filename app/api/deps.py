@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Iterator
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.orm import Session
 
 from app.runtime import Runtime
@@ -32,3 +32,9 @@ def get_tenant(request: Request) -> str:
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+# Page offsets: bounded so that no integer a client sends reaches the database unchecked
+# (an unbounded offset overflowed SQLite's 64-bit INTEGER: a 500 instead of a 422).
+MAX_OFFSET = 2**31 - 1
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip (0 to 2**31 - 1)")]

@@ -83,6 +83,35 @@ def validation_error(errors: list[dict], prefix: str = "") -> APIError:
     return APIError(422, "; ".join(parts), param=param, code="invalid_value")
 
 
+def _flat_routes(routes):
+    """The concrete routes, through FastAPI's lazily included routers (``effective_candidates``)."""
+    for r in routes:
+        if hasattr(r, "effective_candidates"):
+            yield from _flat_routes(r.effective_candidates())
+        else:
+            yield r
+
+
+def allowed_methods(req: Request) -> list[str]:
+    """Every method a route serves on this request's path. A literal route wins over a templated
+    one, as in the OpenAPI document: /v1/audits/plan (POST) is not /v1/audits/{job_id} (GET)."""
+    from starlette._utils import get_route_path
+
+    path = get_route_path(req.scope)
+    found: dict[str, int] = {}
+    for r in _flat_routes(req.app.router.routes):
+        regex, methods = getattr(r, "path_regex", None), getattr(r, "methods", None)
+        if regex is None or not methods or not regex.match(path):
+            continue
+        n = len(getattr(r, "param_convertors", None) or {})
+        for m in methods:
+            found[m] = min(n, found.get(m, n))
+    if not found:
+        return []
+    fewest = min(found.values())
+    return sorted(m for m, n in found.items() if n == fewest)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_req: Request, exc: APIError):
@@ -96,14 +125,22 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException):
+    async def _http(req: Request, exc: StarletteHTTPException):
         message = exc.detail if isinstance(exc.detail, str) else "error"
+        headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 404 and message == "Not Found":
             message = "no such route"
+        if exc.status_code == 405:
+            # Starlette names only the first matching route's methods; a path served by several
+            # routes (GET and POST /v1/datasets) must list them all (RFC 9110 section 15.5.6).
+            allowed = allowed_methods(req)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"method {req.method} is not allowed here; allowed: {', '.join(allowed)}"
         return JSONResponse(
-            error_body(message, _TYPES.get(exc.status_code, "api_error"), None, None),
+            error_body(message, _TYPES.get(exc.status_code, "api_error"), None, "method_not_allowed"
+                       if exc.status_code == 405 else None),
             status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
+            headers=headers or None,
         )
 
     from app.llm.errors import CapabilityError

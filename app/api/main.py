@@ -78,4 +78,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         app.include_router(r)
     # Start-up/shutdown work of the job runner (appends to app.state.startup_hooks).
     jobs_service.install(app)
+    from app.api.openapi import install_openapi
+
+    install_openapi(app, settings)
     return app

@@ -263,7 +263,7 @@ class RemoteGenerationTarget:
                                 "mechanism": self.mechanism, "max_tokens": self.max_tokens,
                                 "return_internals": internals, "params": mech, **priv}
         if self.seeded:
-            body["seed"] = int(rng.integers(0, 2**62))
+            body["seed"] = int(rng.integers(0, 2**53))  # the API takes JSON-safe integers (<= 2**53 - 1)
         self.calls += 1
         out = gateway_post(self.client, "/v1/private/generate", body, "private generate", self.retry,
                            expect=("text",))

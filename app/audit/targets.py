@@ -404,7 +404,7 @@ class RemoteTarget:
         if extra:
             body["params"] = extra
         if self.seeded:
-            body["seed"] = int(rng.integers(0, 2**62))
+            body["seed"] = int(rng.integers(0, 2**53))  # the API takes JSON-safe integers (<= 2**53 - 1)
         out = gateway_post(self.client, "/v1/private/classify", body, "private classify", self.retry,
                            expect=("label",))
         self.last_privacy = out.get("privacy")

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
+from app.jsonbody import JSONBody
+
 from app.jobs.errors import JobConfigError, JobError
 
 if TYPE_CHECKING:
@@ -56,7 +58,7 @@ class SecretUnavailable(JobError):
     code = "secret_unavailable"
 
 
-class TargetCredentials(BaseModel):
+class TargetCredentials(JSONBody):
     """The key of a remote target: inline (encrypted at rest) or by environment variable. A mixin of target
     configs; a ``url`` field beside it is what a sealed key is bound to."""
 

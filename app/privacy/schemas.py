@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from app.jsonbody import JSONBody
 
 # Finite numbers only: NaN / Infinity in a body are 422, never a 500.
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -17,7 +19,7 @@ AdjacencyName = Literal["add-remove", "replace-one", "unbounded", "bounded"]
 Conversion = Literal["best", "bbghs", "mironov"]
 
 
-class _Body(BaseModel):
+class _Body(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
 

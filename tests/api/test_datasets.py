@@ -126,8 +126,13 @@ def test_survives_restart(database_url, lm, embedder):
                 again = httpx.get(f"{srv.url}/v1/datasets/{ds_id}")
                 assert again.status_code == 200 and again.json() == seen["ds"]  # same metadata, counts, labels
                 assert httpx.get(f"{srv.url}/v1/datasets/{ds_id}/budget").json() == seen["budget"]  # spend kept
-                # The set still answers, and the restarted ledger composes on top of the stored charge.
+                # The released answer outlives the restart: the same request is reused at no cost ...
                 r = httpx.post(f"{srv.url}/v1/private/classify", json={"dataset_id": ds_id, **answer}, timeout=180)
+                assert r.status_code == 200 and r.json().get("reused") is True, r.text
+                assert httpx.get(f"{srv.url}/v1/datasets/{ds_id}/budget").json()["charges"] == 1
+                # ... and a new question is charged on top of the stored charge.
+                r = httpx.post(f"{srv.url}/v1/private/classify",
+                               json={"dataset_id": ds_id, **answer, "query": "Will it snow tomorrow?"}, timeout=180)
                 assert r.status_code == 200, r.text
                 budget = httpx.get(f"{srv.url}/v1/datasets/{ds_id}/budget").json()
                 assert budget["charges"] == 2 and budget["epsilon_spent"] == pytest.approx(2.0)

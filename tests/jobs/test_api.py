@@ -226,7 +226,7 @@ def test_list_is_paginated_newest_first_and_filterable(client):
     assert client.get("/v1/audits", params={"kind": "epsilon-nothing"}).json()["data"] == []
     assert _envelope(client.get("/v1/audits", params={"status": "done"}), 422)["param"] == "status"
     assert _envelope(client.get("/v1/audits", params={"limit": 0}), 422)["param"] == "limit"
-    assert _envelope(client.get("/v1/audits", params={"after": "job_nope"}), 422)["param"] == "after"
+    assert _envelope(client.get("/v1/audits", params={"after": "job_nope"}), 404)["param"] == "after"
 
 
 def test_artifacts_are_listed_and_downloadable(client):

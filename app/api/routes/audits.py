@@ -9,7 +9,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, ConfigDict, Field
+
+from app.jsonbody import JSONBody
 
 from app.api.auth import Principal, require
 from app.api.errors import APIError
@@ -72,7 +74,7 @@ def _runtime(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
-class AuditCreate(BaseModel):
+class AuditCreate(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     kind: str = Field(min_length=1, max_length=64, description="job kind, e.g. 'epsilon'")
@@ -150,7 +152,7 @@ async def create_audit(
     return JSONResponse(sub.resource, status_code=202 if sub.created else 200, headers=headers)
 
 
-class AuditPlanRequest(BaseModel):
+class AuditPlanRequest(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["canary_mia"] = Field(default="canary_mia", description="the planner covers canary_mia audits")
@@ -210,7 +212,7 @@ def list_audits(
                 s, tenant_id=who.tenant_id, kind=kind, status=status, limit=limit, after=after
             )
         except KeyError:
-            raise APIError(422, f"after: no audit job with id {after!r}", param="after", code="invalid_value") from None
+            raise APIError(404, f"after: no audit job with id {after!r}", param="after", code="job_not_found") from None
         index = repo.artifact_index(s, [j.id for j in jobs])
         data = [job_resource(j, index[j.id]) for j in jobs]
     return {

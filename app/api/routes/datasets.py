@@ -10,7 +10,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.api.deps import RuntimeDep, TenantDep
+from app.jsonbody import JSONBody
+
+from app.api.deps import Offset, RuntimeDep, TenantDep
 from app.api.errors import APIError, validation_error
 from app.api.auth import SCOPES, require
 from app.budget.ledger import Ledger
@@ -19,35 +21,44 @@ from app.store import datasets_repo as repo
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
+# A label is not blank (same pattern as the chat route's non-blank text; see there).
+NON_BLANK = r"[^\s\x1c-\x1f]"
+
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
 
 
-class TemplateIn(BaseModel):
+class TemplateIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     instruction: str | None = Field(default=None, max_length=2000)
     input_prefix: str | None = Field(default=None, max_length=200)
     output_prefix: str | None = Field(default=None, max_length=200)
 
 
-class ExemplarIn(BaseModel):
+class ExemplarIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     input: str
     output: str
 
 
-class BudgetIn(BaseModel):
+class BudgetIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="total epsilon for every answer on this set")
     delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
     adjacency: Literal["replace-one", "add-remove"] | None = None
 
 
-class DatasetMeta(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DatasetMeta(JSONBody):
+    # labels: required (a list) unless task is "generation", as _task_labels checks.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "if": {"required": ["task"], "properties": {"task": {"const": "generation"}}},
+        "then": {},
+        "else": {"required": ["labels"], "properties": {"labels": {"type": "array"}}},
+    })
     name: str = Field(min_length=1, max_length=200)
     budget: BudgetIn | None = None
     task: Literal["classification", "generation"] = "classification"
-    labels: list[str] | None = Field(default=None, max_length=100)
+    labels: list[Annotated[str, Field(pattern=NON_BLANK)]] | None = Field(
+        default=None, min_length=2, max_length=100)
     template: TemplateIn | None = None
     answer_reuse: bool = Field(default=True, description="an identical private request gets the stored released "
                                                          "answer at no cost (false: every request is charged)")
@@ -221,7 +232,7 @@ async def list_datasets(
     rt: RuntimeDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ):
     def _list():
         with rt.db.session() as s:
@@ -300,7 +311,7 @@ async def get_budget(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
-class BudgetUpdate(BaseModel):
+class BudgetUpdate(JSONBody):
     model_config = ConfigDict(extra="forbid")
     epsilon: float = Field(gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
@@ -345,16 +356,23 @@ async def list_ledger(
     rt: RuntimeDep,
     tenant: TenantDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ):
     """Ledger entries, oldest first (append-only; refunds are marked, never removed)."""
 
     def _list():
         with rt.db.session() as s:
-            if budget_repo.get_account(s, dataset_id, tenant) is None:
+            acc = budget_repo.get_account(s, dataset_id, tenant)
+            if acc is None:
                 return None
             rows, total = budget_repo.list_entries(s, dataset_id, limit=limit, offset=offset)
-            data = [ledger_entry_object(e) for e in rows]
+            data = [
+                # The charge's RDP curve on the account's order grid, as the ledger composed it
+                # (null values: +inf; no curve: composed by basic composition).
+                {**ledger_entry_object(e),
+                 "accounting": {"orders": list(acc.rdp_orders), "rdp": e.rdp} if e.rdp is not None else None}
+                for e in rows
+            ]
             return {"object": "list", "data": data, "total": total, "limit": limit, "offset": offset}
 
     obj = await run_in_threadpool(_list)

@@ -9,13 +9,16 @@ fields plus a ``dp`` block with the cost and the remaining budget.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
+
+from app.jsonbody import JSONBody
 
 from app.api import private_service
 from app.api.auth import Principal, require
@@ -25,21 +28,60 @@ from app.api.errors import APIError
 router = APIRouter(tags=["openai-compatible"])
 
 
-class ChatMessage(BaseModel):
+# "Not blank": one character that is not whitespace, in a pattern both Python's re and the Rust
+# regex of pydantic-core / JSON Schema validators read alike (Python's str.isspace also counts
+# \x1c-\x1f, Unicode's White_Space does not).
+NON_BLANK = r"[^\s\x1c-\x1f]"
+_TEXT_PART = {"type": "object", "required": ["type", "text"],
+              "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": NON_BLANK}}}
+
+
+def _blank(text: str) -> bool:
+    return re.search(NON_BLANK, text) is None
+
+
+class ContentPart(JSONBody):
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "tool", "developer"]
+    type: str
+    text: str | None = None
+
+
+class UserMessage(JSONBody):
+    """A user turn: its text is a query, so it must not be blank (the last one is the query)."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["user"]
+    content: Annotated[str, Field(min_length=1, pattern=NON_BLANK)] | Annotated[
+        list[ContentPart], Field(min_length=1, json_schema_extra={"contains": _TEXT_PART})]
+
+    @field_validator("content")
+    @classmethod
+    def _has_text(cls, v):
+        if isinstance(v, list) and not any(p.type == "text" and p.text and not _blank(p.text) for p in v):
+            raise ValueError("a user message needs a non-blank text part")
+        return v
+
+
+class OtherMessage(JSONBody):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
 
 
-class ChatCompletionRequest(BaseModel):
+ChatMessage = Annotated[UserMessage | OtherMessage, Field(discriminator="role")]
+
+
+class ChatCompletionRequest(JSONBody):
     # OpenAI clients send fields we don't use (temperature, n, stream...): ignore unknown ones.
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, json_schema_extra={
+        "contains": {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}})
     max_tokens: int | None = Field(default=None, ge=1, le=4096)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
-    stream: bool = False
+    stream: bool = Field(default=False, json_schema_extra={"enum": [False]},
+                         description="not supported: a private answer is released whole, after its charge")
     n: int = Field(default=1, ge=1, le=1)
     # DP extensions
     dataset_id: str = Field(min_length=1, max_length=64)
@@ -51,16 +93,23 @@ class ChatCompletionRequest(BaseModel):
     adjacency: str | None = None
     calibrate: bool | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
     reuse: bool = True
     dp_params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("messages")
+    @classmethod
+    def _a_user_turn(cls, v):
+        if not any(m.role == "user" for m in v):
+            raise ValueError("the last user message is the query: give at least one")
+        return v
 
 
 def _text(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return "".join(p.text or "" for p in content if isinstance(p, ContentPart) and p.type == "text")
     return ""
 
 
@@ -70,12 +119,13 @@ async def chat_completions(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    include: private_service.IncludeQuery = None,
 ):
     if body.stream:
         raise APIError(422, "streaming is not supported: a private answer is released whole, after its charge",
                        param="stream", code="unsupported")
     users = [m for m in body.messages if m.role == "user"]
-    if not users or not _text(users[-1].content).strip():
+    if not users or _blank(_text(users[-1].content)):
         raise APIError(422, "the last user message is the query and must not be empty", param="messages")
     query = _text(users[-1].content)
     params = {**body.dp_params, **{k: getattr(body, k) for k in (
@@ -108,8 +158,10 @@ async def chat_completions(
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop",
                      "logprobs": None}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"), "privacy": b.get("privacy"),
+        "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"),
+               "privacy": private_service.compact_privacy(b.get("privacy"), include == "accounting"),
                "budget": b.get("budget"), "reused": bool(b.get("reused")),
-               **({"reuse": b["reuse"]} if "reuse" in b else {}), **({"internals": b["internals"]} if "internals" in b else {})},
+               **({"reuse": b["reuse"]} if "reuse" in b else {}),
+               **({"internals": b["internals"]} if "internals" in b else {})},
     }
     return JSONResponse(out, headers=ans.headers())

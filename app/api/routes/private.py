@@ -6,7 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from app.jsonbody import JSONBody
 
 from app.api import private_service
 from app.api.auth import Principal, require
@@ -15,7 +17,7 @@ from app.api.deps import RuntimeDep
 router = APIRouter(prefix="/v1/private", tags=["private inference"])
 
 
-class ClassifyRequest(BaseModel):
+class ClassifyRequest(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=64)
@@ -29,7 +31,7 @@ class ClassifyRequest(BaseModel):
     calibrate: bool | None = Field(default=None, description="contextual calibration of the label scores")
     model: str | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
     reuse: bool = Field(default=True, description="false: a fresh answer, charged, even when an identical "
                                                   "request's answer was released before")
     params: dict[str, Any] = Field(default_factory=dict, description="further mechanism parameters")
@@ -46,13 +48,14 @@ async def classify(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    include: private_service.IncludeQuery = None,
 ):
     ans = await private_service.classify(
         rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
         params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
         idempotency_key=idempotency_key, reuse=body.reuse,
     )
-    return JSONResponse(ans.body, headers=ans.headers())
+    return JSONResponse(private_service.presented(ans.body, include == "accounting"), headers=ans.headers())
 
 
 @router.get("/mechanisms")

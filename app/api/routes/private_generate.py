@@ -24,15 +24,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from app.jsonbody import JSONBody
 
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.api.private_service import (
+    IncludeQuery,
     PrivateAnswer,
     charge_and_release,
     noise_rng,
+    presented,
     replay_or_precheck,
     reuse_key_of,
     run_for_tenant,
@@ -49,8 +53,12 @@ DEFAULT_DELTA = 1e-6  # per answer; ESA/clip-softmax/PoE also carry RDP curves t
 MAX_TOKENS_LIMIT = 512
 
 
-class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GenerateRequest(JSONBody):
+    # Exactly one of query / instruction (null counts as absent), as the validator below checks.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["query"], "properties": {"query": {"type": "string"}, "instruction": {"type": "null"}}},
+        {"required": ["instruction"], "properties": {"instruction": {"type": "string"}, "query": {"type": "null"}}},
+    ]})
 
     dataset_id: str = Field(min_length=1, max_length=64)
     query: str | None = Field(default=None, min_length=1, max_length=20_000,
@@ -66,7 +74,7 @@ class GenerateRequest(BaseModel):
     model: str | None = None
     embedder: str | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
     reuse: bool = Field(default=True, description="false: a fresh answer, charged, even when an identical "
                                                   "request's answer was released before")
 
@@ -253,6 +261,7 @@ async def private_generate(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
+    include: IncludeQuery = None,
 ):
     params = {**body.params, "epsilon": body.epsilon, "delta": body.delta, "adjacency": body.adjacency}
     for reserved in ("epsilon", "delta", "adjacency"):
@@ -265,7 +274,7 @@ async def private_generate(
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
         embedder=body.embedder, reuse=body.reuse,
     )
-    return JSONResponse(ans.body, headers=ans.headers())
+    return JSONResponse(presented(ans.body, include == "accounting"), headers=ans.headers())
 
 
 @router.get("/generate/mechanisms")

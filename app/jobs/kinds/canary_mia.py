@@ -20,7 +20,9 @@ import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from app.jsonbody import JSONBody
 
 from app.jobs.context import JobContext
 from app.jobs import egress, secrets
@@ -67,7 +69,7 @@ class TargetConfig(secrets.TargetCredentials):
         return self
 
 
-class DatasetConfig(BaseModel):
+class DatasetConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     bundled: str | None = Field(default=None, description="a bundled task (default: the first bundled one)")
@@ -78,7 +80,7 @@ class DatasetConfig(BaseModel):
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
 
 
-class CanaryConfig(BaseModel):
+class CanaryConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["hex", "unigram", "false_fact", "heldout"] = "hex"
@@ -86,7 +88,7 @@ class CanaryConfig(BaseModel):
     text: str | None = Field(default=None, description="a fixed canary text instead of a generated one")
 
 
-class PowerConfig(BaseModel):
+class PowerConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     alternatives: list[Literal["noise_half", "noise_quarter", "winner_only", "no_noise"]] = Field(
@@ -95,7 +97,7 @@ class PowerConfig(BaseModel):
     min_detection: float = Field(default=0.9, gt=0, lt=1, description="required P(detect) of each alternative")
 
 
-class CanaryMIAConfig(BaseModel):
+class CanaryMIAConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     target: TargetConfig = Field(default_factory=TargetConfig)
@@ -122,7 +124,7 @@ class CanaryMIAConfig(BaseModel):
     statistic: Literal["margin", "positive", "reference_vector"] = "margin"
     objective: Literal["epsilon", "mu"] = "epsilon"
     threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
 
     @model_validator(mode="after")
     def _default_mechanism(self) -> CanaryMIAConfig:

@@ -29,7 +29,9 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from app.jsonbody import JSONBody
 
 from app.jobs.context import JobContext
 from app.jobs.errors import JobConfigError, JobError
@@ -40,7 +42,7 @@ log = logging.getLogger("dpicl.jobs.iclinf")
 _TOL = 1e-9
 
 
-class DatasetRef(BaseModel):
+class DatasetRef(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     source: Literal["bundled", "registered", "hf"] = "bundled"
@@ -57,7 +59,7 @@ class DatasetRef(BaseModel):
         return self
 
 
-class ClassificationConfig(BaseModel):
+class ClassificationConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     n_shots: list[int] = Field(default_factory=lambda: [4], min_length=1, max_length=16)
@@ -65,7 +67,7 @@ class ClassificationConfig(BaseModel):
     variants: list[Literal["label", "full"]] = Field(default_factory=lambda: ["label"], min_length=1)
     calibrate: list[bool] = Field(default_factory=lambda: [False], min_length=1, max_length=2)
     template: str | dict[str, Any] | None = Field(default=None, description="app.icl preset or fields; default: the dataset's")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**53 - 1)
 
     @field_validator("n_shots")
     @classmethod
@@ -77,7 +79,7 @@ class ClassificationConfig(BaseModel):
         return v
 
 
-class DecodingConfig(BaseModel):
+class DecodingConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     clip: float = Field(default=10.0, gt=0, allow_inf_nan=False)
@@ -90,7 +92,7 @@ class DecodingConfig(BaseModel):
     neighbour: Literal["zero-out", "remove"] = "zero-out"
     label: str | None = None
     template: str | dict[str, str] = "generic"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**53 - 1)
 
     @model_validator(mode="after")
     def _one_of(self) -> DecodingConfig:
@@ -105,7 +107,7 @@ class DecodingConfig(BaseModel):
         return self
 
 
-class ICLInfConfig(BaseModel):
+class ICLInfConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     models: list[str] = Field(default_factory=list, max_length=8, description="empty: the default language model")
