@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import CapabilityError, ModelLoadError
+from ..tenancy import _TENANT
 from ..types import Generation, ModelSpec
 from .capabilities import _HINTS, RemoteCapabilities
 from .decode import RemoteDecodeSession
 from .transport import (
     _CAPABILITY_NAMES,
     _FLOOR,
-    _TENANT,
     MAX_LOGPROB_TOKEN_IDS,
     RemoteError,
     RemoteOptions,

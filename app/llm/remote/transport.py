@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import math
 import os
 import random
 import threading
 import weakref
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 
 from ..errors import LLMError, ModelLoadError
+from ..tenancy import tenant_scope
 from ..types import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -46,17 +46,9 @@ class RemoteTimeout(RemoteError, TimeoutError):
 # ------------------------------------------------------------------ cache salt
 
 
-_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("dpicl_remote_tenant", default=None)
-
-
-@contextlib.contextmanager
-def cache_salt_scope(tenant: str | None) -> Iterator[None]:
-    """Within this block, remote requests share the prefix cache with ``tenant``'s requests only."""
-    token = _TENANT.set(None if tenant is None else str(tenant))
-    try:
-        yield
-    finally:
-        _TENANT.reset(token)
+# One tenant scope for every backend (app/llm/tenancy.py): within cache_salt_scope(t), remote
+# requests share the server's prefix cache with t's requests only.
+cache_salt_scope = tenant_scope
 
 
 # --------------------------------------------------------------------- options
