@@ -2,6 +2,8 @@
 
 What is exported (all names start with ``dpicl_``):
 
+* ``model_forward_tokens_total{model}`` (and ``padded_tokens``, ``reused_tokens``, ``forward_calls``):
+  the hf model's own counters (``lm.stats``);
 * ``model_queue_depth{model}``, ``model_batch_running{model}``: jobs waiting in / running from each
   in-process model's batch queue (app/llm/scheduler.py), read at scrape time;
 * ``model_batch_rows{model}``, ``model_batch_requests{model}``, ``model_batch_tokens{model}``: per
@@ -28,7 +30,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +80,28 @@ class _QueueCollector:
 
         depth = GaugeMetricFamily("dpicl_model_queue_depth", "Model calls waiting in the batch queue", labels=["model"])
         running = GaugeMetricFamily("dpicl_model_batch_running", "Model calls in the running batch", labels=["model"])
+        fwd = {k: CounterMetricFamily(f"dpicl_model_{k}", help_, labels=["model"]) for k, help_ in (
+            ("forward_tokens", "Real tokens run through the model (prefix work included)"),
+            ("padded_tokens", "Positions run through the model, padding included"),
+            ("reused_tokens", "Row-tokens served from a shared or cached prefix instead of recomputed"),
+            ("forward_calls", "Model forward passes"))}
+        totals: dict[str, dict[str, float]] = {}  # by model name (two loaded copies of one model: summed)
         for s in list(SCHEDULERS):
-            depth.add_metric([s.name], s.depth)
-            running.add_metric([s.name], s.running)
+            t = totals.setdefault(s.name, {"depth": 0, "running": 0})
+            t["depth"] += s.depth
+            t["running"] += s.running
+            for k, v in (s.model_stats() if s.model_stats else {}).items():
+                if k in fwd:
+                    t[k] = t.get(k, 0) + v
+        for name, t in sorted(totals.items()):
+            depth.add_metric([name], t["depth"])
+            running.add_metric([name], t["running"])
+            for k, fam in fwd.items():
+                if k in t:
+                    fam.add_metric([name], t[k])
         yield depth
         yield running
+        yield from fwd.values()
 
 
 class _JobCollector:

@@ -190,7 +190,8 @@ async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: An
         note_mechanism(mech_name)
     sched = getattr(lm, "scheduler", None)
     if sched is not None:
-        sched.admit()
+        with deadline_scope(deadline_s):
+            sched.admit()
 
     def _run() -> Any:
         with tenant_scope(principal.tenant_id), deadline_scope(deadline_s):

@@ -106,7 +106,8 @@ class HFLanguageModel:
         self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", False))
         self.stats = ForwardStats()
         self._lock = threading.RLock()
-        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts))
+        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts),
+                                        model_stats=self.stats.snapshot)
         self._tok_lock = threading.Lock()
 
         cfg = model.config.get_text_config()

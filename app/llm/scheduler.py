@@ -23,12 +23,16 @@ continuations (for continuation scoring), and, with ``isolate_tenants`` (the
 default), of the same tenant (app/llm/tenancy.py). Why tenants do not share a
 batch by default: docs/models.md#batching-and-tenants.
 
-Back-pressure: the queue holds at most ``max_queue`` jobs; a job that does not fit
-raises :class:`Overloaded` at once (the API answers 503 with ``Retry-After``,
-before any budget is charged). Every job has a deadline (the caller's
-``deadline_scope``, else ``deadline_s``): a job still queued at its deadline is
-dropped and its caller gets :class:`DeadlineExceeded`; a job already running is
-waited for (a forward pass cannot be interrupted).
+Back-pressure applies to interactive work, i.e. calls made inside a
+``deadline_scope`` (the API sets one around every answer): the queue holds at
+most ``max_queue`` such jobs and one that does not fit raises :class:`Overloaded`
+at once (the API answers 503 with ``Retry-After``, before any budget is
+charged); a job still queued at its deadline is dropped and its caller gets
+:class:`DeadlineExceeded`; a job already running is waited for (a forward pass
+cannot be interrupted). Background work (audit jobs, the CLI, library use: no
+deadline scope) is queued and batched the same way but never refused: it has
+no client waiting to retry, and failing a long audit for a burst of traffic
+would be worse than waiting.
 """
 
 from __future__ import annotations
@@ -67,8 +71,7 @@ class SchedulerOptions:
     enabled: bool = True
     max_batch_tokens: int = 4096  # row tokens (prompt tokens of every row) per coalesced batch
     max_wait_ms: float = 0.0  # how long the oldest job may wait for company; 0: never wait
-    max_queue: int = 64  # jobs queued per model before Overloaded
-    deadline_s: float = 120.0  # default per-job deadline when the caller sets none
+    max_queue: int = 64  # interactive jobs queued per model before Overloaded
     isolate_tenants: bool = True
 
     @classmethod
@@ -78,8 +81,8 @@ class SchedulerOptions:
         if unknown:
             raise ValueError(f"options.scheduler: unknown keys {sorted(unknown)}")
         out = cls(**o)
-        if out.max_batch_tokens < 1 or out.max_queue < 1 or out.max_wait_ms < 0 or out.deadline_s <= 0:
-            raise ValueError("options.scheduler: max_batch_tokens, max_queue >= 1, max_wait_ms >= 0, deadline_s > 0")
+        if out.max_batch_tokens < 1 or out.max_queue < 1 or out.max_wait_ms < 0:
+            raise ValueError("options.scheduler: max_batch_tokens and max_queue must be >= 1, max_wait_ms >= 0")
         return out
 
 
@@ -88,7 +91,7 @@ class _Job:
     key: Hashable  # jobs with equal keys may share a batch
     rows: list[list[int]]
     tenant: str | None
-    deadline: float
+    deadline: float | None  # None: background work, never dropped
     enqueued: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     state: str = "queued"  # queued, running, done, dropped
@@ -121,8 +124,10 @@ class BatchScheduler:
     every job in it, concatenated; the answer's first axis follows the rows.
     """
 
-    def __init__(self, name: str, run: Callable[[Hashable, list[list[int]]], np.ndarray], opts: SchedulerOptions):
+    def __init__(self, name: str, run: Callable[[Hashable, list[list[int]]], np.ndarray], opts: SchedulerOptions,
+                 *, model_stats: Callable[[], dict[str, int]] | None = None):
         self.name = name
+        self.model_stats = model_stats  # the model's own counters (hf: ForwardStats), for /metrics
         self.opts = opts
         self._run = run
         self._queue: deque[_Job] = deque()
@@ -139,6 +144,9 @@ class BatchScheduler:
         """Jobs waiting (not the running batch)."""
         return len(self._queue)
 
+    def _interactive_depth(self) -> int:
+        return sum(1 for j in self._queue if j.deadline is not None)
+
     def retry_after(self) -> int:
         """Seconds after which a refused caller may expect room: the queue's batches at the recent pace."""
         per_batch = self._busy or 1.0
@@ -147,8 +155,9 @@ class BatchScheduler:
     # ------------------------------------------------------------ callers
 
     def admit(self) -> None:
-        """Raise :class:`Overloaded` when a new job would not fit (for work that does not queue, e.g. decoding)."""
-        if self.opts.enabled and len(self._queue) >= self.opts.max_queue:
+        """Raise :class:`Overloaded` when a new interactive job would not fit (for work that does not
+        queue, e.g. decoding; a no-op outside a deadline scope)."""
+        if self.opts.enabled and current_deadline() is not None and self._interactive_depth() >= self.opts.max_queue:
             self._reject("queue_full")
 
     def _reject(self, reason: str) -> None:
@@ -166,21 +175,19 @@ class BatchScheduler:
         rows = [list(r) for r in rows]
         if not self.opts.enabled or not rows or threading.current_thread() is self._thread:
             return self._run(key, rows)
-        now = time.monotonic()
         deadline = current_deadline()
-        deadline = now + self.opts.deadline_s if deadline is None else deadline
-        if deadline <= now:
+        if deadline is not None and deadline <= time.monotonic():
             self._reject("deadline")
         job = _Job(key=key, rows=rows, tenant=current_tenant(), deadline=deadline)
         with self._cond:
             if self._closed:
                 raise LLMError(f"model {self.name!r} is closed")
-            if len(self._queue) >= self.opts.max_queue:
+            if deadline is not None and self._interactive_depth() >= self.opts.max_queue:
                 self._reject("queue_full")
             self._queue.append(job)
             self._ensure_worker()
             self._cond.notify_all()
-        if not job.done.wait(max(0.0, deadline - time.monotonic())):
+        if not job.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
             with self._cond:
                 if job.state == "queued":
                     self._queue.remove(job)
@@ -244,7 +251,7 @@ class BatchScheduler:
             now = time.monotonic()
             live = []
             for job in batch:
-                if job.deadline <= now:  # its caller is about to give up (or has): do not compute it
+                if job.deadline is not None and job.deadline <= now:  # its caller is about to give up (or has): do not compute it
                     job.state = "dropped"
                     self.stats["expired"] += 1
                     job.error = DeadlineExceeded(

@@ -19,6 +19,13 @@ from .test_logprobs import ATOL
 LABELS = [" World", " Sports", " Business", " Technology"]
 
 
+def _wait_for(cond, timeout=30.0):
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout
+        time.sleep(0.005)
+
+
 def _in_threads(calls):
     """Run ``calls`` (zero-argument functions) in threads at once; return their results in order."""
     out: list = [None] * len(calls)
@@ -158,7 +165,7 @@ def test_full_queue_refuses_at_once_and_stale_jobs_are_dropped(lm, header_prompt
         while sched.depth < 2:
             time.sleep(0.005)
         t_refused = time.monotonic()
-        with pytest.raises(Overloaded) as info:
+        with pytest.raises(Overloaded) as info, deadline_scope(30):
             sched.submit(("next",), [rows[3]])
         assert time.monotonic() - t_refused < 0.5 and info.value.retry_after >= 1
         assert not isinstance(info.value, DeadlineExceeded)
@@ -168,6 +175,17 @@ def test_full_queue_refuses_at_once_and_stale_jobs_are_dropped(lm, header_prompt
     assert isinstance(outcomes[0], np.ndarray) and isinstance(outcomes[2], np.ndarray)
     assert computed == [1, 1]  # job 1 (dropped) and the refused one were never computed
     assert sched.stats["rejected"] == 2
+    # background work (no deadline scope: audit jobs, the CLI) is queued past max_queue, never refused
+    with lm._lock:
+        bg = [threading.Thread(target=sched.submit, args=(("next",), [rows[i]])) for i in range(4)]
+        bg[0].start()
+        _wait_for(lambda: sched.running == 1)  # taken by the worker, blocked on the lock
+        for t in bg[1:]:
+            t.start()
+        _wait_for(lambda: sched.depth == 3)  # more than max_queue waiting, none refused
+    for t in bg:
+        t.join(60)
+    assert sched.stats["rejected"] == 2 and sum(computed) == 6
     sched.close()
 
 
