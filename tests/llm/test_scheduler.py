@@ -195,3 +195,35 @@ def test_disabled_scheduler_runs_in_the_callers_thread(lm, header_prompts):
     sched._run = lambda key, r: (threads.append(threading.current_thread().name), lm._run_batch(key, r))[1]
     sched.submit(("next",), [lm.tokenize(header_prompts[0])])
     assert threads == [threading.current_thread().name]
+
+
+def test_shared_batches_across_tenants_when_isolation_is_off(lm, header_prompts):
+    """isolate_tenants: false mixes tenants in one batch, under a scope of that batch alone."""
+    sched = BatchScheduler("smollm2-mixed", lm._run_batch, replace(lm.scheduler.opts, isolate_tenants=False))
+    scopes: list = []
+    sched._run = lambda key, r: (scopes.append((current_tenant(), len(r))), lm._run_batch(key, r))[1]
+    rows = [lm.tokenize(p) for p in header_prompts]
+    with prefix_reuse(lm, False):
+        singles = [lm.next_token_logprobs([p])[0] for p in header_prompts]
+    got: dict = {}
+
+    def call(i, tenant):
+        with tenant_scope(tenant), deadline_scope(60):
+            got[i] = sched.submit(("next",), [rows[i]])
+
+    with prefix_reuse(lm, True):
+        with lm._lock:
+            first = threading.Thread(target=call, args=(0, "acme"))
+            first.start()
+            _wait_for(lambda: sched.running == 1)
+            rest = [threading.Thread(target=call, args=(i, "globex" if i % 2 else "acme")) for i in (1, 2, 3)]
+            for t in rest:
+                t.start()
+            _wait_for(lambda: sched.depth == 3)
+        for t in [first, *rest]:
+            t.join(60)
+    assert scopes[0] == ("acme", 1)
+    assert len(scopes) == 2 and scopes[1][1] == 3 and scopes[1][0].startswith("\x00batch-")  # one mixed batch
+    for i in range(4):
+        np.testing.assert_allclose(got[i][0], singles[i], rtol=0, atol=ATOL)
+    sched.close()
