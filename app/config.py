@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     model_cache_dir: Path = Field(default_factory=_default_cache_dir)
     load_models: bool = True
+    # Model work of one private answer must finish within this many seconds: a request still waiting
+    # in a model's batch queue at its deadline is answered 503 (deadline_exceeded), uncharged.
+    request_deadline_seconds: float = Field(default=120.0, gt=0)
 
     # Limits on private exemplar sets (issue 3).
     max_exemplars: int = Field(default=10_000, ge=1)

@@ -249,7 +249,9 @@ async def _classify(st: State, c: httpx.AsyncClient, ds: str, key: str, body: di
     if r is not None and r.status_code == 200:
         a = r.json()
         st.answers[key] = {"dataset_id": ds, "epsilon": a["privacy"]["epsilon"], "label": a["label"],
-                           "replayed": r.headers.get("Idempotent-Replayed") == "true", "failed_attempts": failed}
+                           "replayed": r.headers.get("Idempotent-Replayed") == "true", "failed_attempts": failed,
+                           # an identical earlier request's released answer, at no cost (answer reuse)
+                           "reused": bool(a.get("reused"))}
 
 
 async def client_loop(n: int, st: State, url: str, think: float, audit_kinds: list[str]) -> None:
@@ -323,7 +325,8 @@ async def chaos(st: State, cluster: "Cluster", kill_at: list[tuple[float, str]])
 def check_ledger(answers: dict[str, dict], attempted: dict[str, dict], entries: list[dict],
                  budgets: dict[str, dict] | None = None) -> dict[str, Any]:
     """Ledger = answers. ``answers``: key -> {dataset_id, epsilon} of every 200 a client received;
-    ``attempted``: key -> {dataset_id} of every private request sent; ``entries``: the ledger entries of all
+    ``attempted``: key -> {dataset_id} of every private request sent (an answer marked ``reused`` is an
+    identical earlier request's released answer and must carry no charge of its own); ``entries``: the ledger entries of all
     datasets (each with ``dataset_id``); ``budgets``: dataset id -> its budget object (``charges``).
 
     ok when every answered key has exactly one charged entry on its dataset with the answer's epsilon, and
@@ -334,9 +337,14 @@ def check_ledger(answers: dict[str, dict], attempted: dict[str, dict], entries: 
     for e in entries:
         if e.get("status") == "charged":
             by_key[e.get("idempotency_key")].append(e)
-    missing, double, mismatch = [], [], []
+    missing, double, mismatch, reused_charged = [], [], [], []
+    reused = [key for key, a in answers.items() if a.get("reused")]
     for key, a in answers.items():
         es = by_key.get(key, [])
+        if a.get("reused"):  # re-released at zero cost: must not be charged under its own key
+            if es:
+                reused_charged.append(key)
+            continue
         if not es:
             missing.append(key)
             continue
@@ -360,12 +368,14 @@ def check_ledger(answers: dict[str, dict], attempted: dict[str, dict], entries: 
         per_ds = Counter(e["dataset_id"] for e in entries if e.get("status") == "charged")
         budget_mismatch = [ds for ds, b in budgets.items() if int(b.get("charges", -1)) != per_ds.get(ds, 0)]
     return {
-        "answers": len(answers), "requests_sent": len(attempted),
+        "answers": len(answers), "requests_sent": len(attempted), "reused_answers": len(reused),
+        "reused_but_charged": reused_charged,
         "charged_entries": sum(len(v) for v in by_key.values()),
         "answered_without_charge": missing, "charged_twice": double, "entry_differs_from_answer": mismatch,
         "charged_in_flight": sorted(in_flight), "unexplained_charges": unexplained,
         "answered_but_refunded": refunded_answered, "budget_charges_mismatch": budget_mismatch,
-        "ok": not (missing or double or mismatch or unexplained or refunded_answered or budget_mismatch),
+        "ok": not (missing or double or mismatch or unexplained or refunded_answered or budget_mismatch
+                   or reused_charged),
     }
 
 

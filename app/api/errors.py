@@ -145,6 +145,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     from app.llm.errors import CapabilityError
     from app.llm.remote import RemoteError, RemoteTimeout
+    from app.llm.scheduler import DeadlineExceeded, Overloaded
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(req: Request, exc: Overloaded):
+        # The model's queue was full (or the request waited past its deadline): no model work was
+        # done for it and nothing was charged; the client may retry after Retry-After seconds.
+        stale = isinstance(exc, DeadlineExceeded)
+        return JSONResponse(
+            error_body(str(exc), "api_error", None, "deadline_exceeded" if stale else "model_overloaded"),
+            status_code=503, headers={"Retry-After": str(exc.retry_after)},
+        )
 
     @app.exception_handler(CapabilityError)
     async def _capability(_req: Request, exc: CapabilityError):

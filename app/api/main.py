@@ -74,6 +74,9 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
+    from app.api import metrics
+
+    metrics.install(app)  # GET /metrics and the request-latency middleware
     for r in ROUTERS:
         app.include_router(r)
     # Start-up/shutdown work of the job runner (appends to app.state.startup_hooks).

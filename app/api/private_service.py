@@ -164,7 +164,8 @@ async def classify(
     rng = noise_rng(rt, seed)
     t0 = time.perf_counter()
     try:
-        result = await run_for_tenant(principal, mech.classify, lm, exemplars, query, labels, template, parsed, rng)
+        result = await run_for_tenant(principal, mech.classify, lm, exemplars, query, labels, template, parsed, rng,
+                                      lm=lm, deadline_s=rt.settings.request_deadline_seconds)
     except (MechanismParamError, ValueError) as exc:
         raise _mechanism_error(exc) from None
     full = result.to_dict()
@@ -222,13 +223,27 @@ def classification_cost(rt: Runtime, mech, params: dict[str, Any], *, account_ad
     return parsed, cost
 
 
-async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: Any) -> Any:
-    """The model work of one answer, in a worker thread, with remote (vLLM) prefix caches shared
-    within the caller's tenant only (CVE-2025-46570 side channel); shared by every private route."""
-    from app.llm.remote import cache_salt_scope
+async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: Any,
+                         lm: Any = None, deadline_s: float | None = None) -> Any:
+    """The model work of one answer, in a worker thread, as the caller's tenant: prefix caches
+    (in-process LRU, remote vLLM cache_salt; CVE-2025-46570) and batches are shared within the
+    tenant only (app/llm/tenancy.py). Shared by every private route. A model whose batch queue is
+    full refuses at once (Overloaded: 503 + Retry-After) before any work; ``deadline_s`` bounds
+    the time the work may wait in the queue (DeadlineExceeded: 503). Both come before the charge."""
+    from app.llm.tenancy import deadline_scope, tenant_scope
+
+    from app.api.metrics import note_mechanism
+
+    mech_name = getattr(getattr(fn, "__self__", None), "name", None)
+    if mech_name:
+        note_mechanism(mech_name)
+    sched = getattr(lm, "scheduler", None)
+    if sched is not None:
+        with deadline_scope(deadline_s):
+            sched.admit()
 
     def _run() -> Any:
-        with cache_salt_scope(principal.tenant_id):
+        with tenant_scope(principal.tenant_id), deadline_scope(deadline_s):
             return fn(*args)
 
     return await run_in_threadpool(_run)
@@ -307,6 +322,9 @@ async def charge_and_release(
         return replayed(ch, return_internals)
     if os.environ.get(_CRASH_AFTER_CHARGE) == "1":
         os._exit(17)
+    from app.api.metrics import count_charge
+
+    count_charge(mechanism, cost.get("epsilon") or 0.0)
     body["budget"] = budget_block(ch)
     return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining)
 

@@ -20,18 +20,26 @@ is not meant to be shared between threads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hf import HFLanguageModel
     from .kv import KVBatch
 
 
+class StepModel(Protocol):
+    """What a session needs from its model (``HFLanguageModel`` is one); decode does not import hf."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def _decode_step(self, kv: KVBatch, tokens: Sequence[int]) -> torch.Tensor: ...
+
+
 class DecodeSession:
-    def __init__(self, model: HFLanguageModel, kv: KVBatch, logits: torch.Tensor, prompts: list[list[int]]):
+    def __init__(self, model: StepModel, kv: KVBatch, logits: torch.Tensor, prompts: list[list[int]]):
         self._model = model
         self._kv: KVBatch | None = kv
         self._logits_t = logits  # (s, V) float32 torch

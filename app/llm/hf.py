@@ -19,6 +19,11 @@ Conventions (see docs/models.md):
   batched numbers equal one-at-a-time numbers up to float rounding.
 * **Threads.** One re-entrant lock per model serialises forward passes; a
   :class:`DecodeSession` takes it per step, so sessions interleave safely.
+  Scoring calls from concurrent threads go through the model's
+  :class:`~app.llm.scheduler.BatchScheduler` (``options["scheduler"]``), which
+  coalesces them into batched calls of the same code (one tenant per batch).
+* **Tenants.** The prefix LRU is keyed by the current tenant
+  (:func:`app.llm.tenancy.tenant_scope`): a tenant's calls reuse its own prefixes only.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import torch
 from .decode import DecodeSession
 from .errors import CapabilityError
 from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
+from .scheduler import BatchScheduler, SchedulerOptions
+from .tenancy import current_tenant
 from .types import Capabilities, Generation, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -99,6 +106,8 @@ class HFLanguageModel:
         self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", False))
         self.stats = ForwardStats()
         self._lock = threading.RLock()
+        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts),
+                                        model_stats=self.stats.snapshot)
         self._tok_lock = threading.Lock()
 
         cfg = model.config.get_text_config()
@@ -239,7 +248,7 @@ class HFLanguageModel:
         if not self.prefix_reuse or len(tokens) < self.min_prefix_tokens:
             return None
         tokens = tuple(tokens)
-        entry, m = self.prefix_cache.best_match(tokens)
+        entry, m = self.prefix_cache.best_match(tokens, current_tenant())
         base = None
         if entry is not None and m >= self.min_prefix_tokens:
             base = entry.truncate(m)
@@ -251,7 +260,7 @@ class HFLanguageModel:
         kv = KVBatch.from_prefix(base, 1, self.device)
         self._forward(kv, [tokens[m:]])
         result = kv.to_prefix(tokens)
-        self.prefix_cache.put(result)
+        self.prefix_cache.put(result, current_tenant())
         return result
 
     def _shared_prefix(self, rows: Sequence[Sequence[int]], cap: int) -> PrefixKV | None:
@@ -270,7 +279,7 @@ class HFLanguageModel:
             return self._prefix_kv(common)
         if len(common) < self.min_prefix_tokens:
             return None
-        entry, m = self.prefix_cache.best_match(common)
+        entry, m = self.prefix_cache.best_match(common, current_tenant())
         if entry is None or m < self.min_prefix_tokens:
             return None
         self.stats.prefix_cache_hits += 1
@@ -283,7 +292,7 @@ class HFLanguageModel:
     def _remember(self, kv: KVBatch, tokens: Sequence[int]) -> None:
         """Store a single unpadded row's keys/values in the LRU (after a one-row call)."""
         if self.prefix_reuse and kv.n == 1 and len(tokens) >= self.min_prefix_tokens and bool(kv.mask.all()):
-            self.prefix_cache.put(kv.to_prefix(tokens))
+            self.prefix_cache.put(kv.to_prefix(tokens), current_tenant())
 
     def _chunks(self, lengths: Sequence[int], fixed: int, rows_per_item: int = 1) -> list[list[int]]:
         """Group item indices (sorted by length) so that rows x (fixed + max length) fits max_batch_tokens."""
@@ -303,7 +312,13 @@ class HFLanguageModel:
 
     def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray:
         """(B, V) float32: log p(next token | prompt_b) over the full vocabulary."""
-        return self._next_token_rows(self._encode_prompts(prompts))
+        return self.scheduler.submit(("next",), self._encode_prompts(prompts))
+
+    def _run_batch(self, key: tuple, rows: list[list[int]]) -> np.ndarray:
+        """The scheduler's batch: rows of one or more calls of the same kind (``key``), in one batched call."""
+        if key[0] == "next":
+            return self._next_token_rows(rows)
+        return self._continuation_rows(rows, [list(c) for c in key[1]])
 
     def _next_token_rows(self, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
         """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) for those tokens only."""
@@ -340,10 +355,16 @@ class HFLanguageModel:
         k_count = len(conts)
         longest_cont = max((len(c) for c in conts), default=0)
         prows = self._encode_prompts(prompts, extra=longest_cont)
+        if len(prows) == 0 or k_count == 0 or longest_cont == 0:
+            return np.zeros((len(prows), k_count), dtype=np.float64)
+        return self.scheduler.submit(("cont", tuple(tuple(c) for c in conts)), prows)
+
+    def _continuation_rows(self, prows: list[list[int]], conts: list[list[int]]) -> np.ndarray:
+        """(B, K) float64 continuation scores for prompt token rows (see :meth:`continuation_logprobs`)."""
+        k_count = len(conts)
+        longest_cont = max(len(c) for c in conts)
         b_count = len(prows)
         out = np.zeros((b_count, k_count), dtype=np.float64)
-        if b_count == 0 or k_count == 0 or longest_cont == 0:
-            return out
         if self.single_token_fast_path and all(len(c) == 1 for c in conts):
             return self._next_token_rows(prows, [c[0] for c in conts]).astype(np.float64)
         # Stage 1 caches each prompt but its last token; stage 2 runs
@@ -407,6 +428,7 @@ class HFLanguageModel:
             rows = self._encode_prompts(prompts)  # type: ignore[arg-type]
         if not rows:
             raise CapabilityError("start_decode needs at least one prompt")
+        self.scheduler.admit()  # decoding does not queue, but a full queue refuses new work of any kind
         with self._lock:
             prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1) if reuse_prefix else None
             p = len(prefix) if prefix is not None else 0
@@ -505,6 +527,9 @@ class HFLanguageModel:
 
     def clear_prefix_cache(self) -> None:
         self.prefix_cache.clear()
+
+    def close(self) -> None:
+        self.scheduler.close()
 
     def __repr__(self) -> str:
         return f"HFLanguageModel(name={self.name!r}, device={self.device}, dtype={self.dtype})"

@@ -124,12 +124,14 @@ class PrefixCache:
 
     ``best_match`` returns the entry sharing the longest token prefix with a
     query, which can be truncated to that length (keys/values of a prefix do
-    not depend on what follows it).
+    not depend on what follows it). Entries live in a ``scope`` (the tenant,
+    app/llm/tenancy.py): a lookup sees its own scope's entries only, so one
+    tenant's prefixes never serve, time or perturb another tenant's calls.
     """
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max(0, int(max_tokens))
-        self._entries: OrderedDict[tuple[int, ...], PrefixKV] = OrderedDict()
+        self._entries: OrderedDict[tuple[str | None, tuple[int, ...]], PrefixKV] = OrderedDict()
         self._tokens = 0
         self._lock = threading.Lock()
 
@@ -145,28 +147,31 @@ class PrefixCache:
             self._entries.clear()
             self._tokens = 0
 
-    def best_match(self, tokens: Sequence[int]) -> tuple[PrefixKV | None, int]:
+    def best_match(self, tokens: Sequence[int], scope: str | None = None) -> tuple[PrefixKV | None, int]:
         best, best_len = None, 0
         with self._lock:
-            for key, entry in self._entries.items():
+            for (sc, key), entry in self._entries.items():
+                if sc != scope:
+                    continue
                 m = common_prefix_length(key, tokens)
                 if m > best_len:
                     best, best_len = entry, m
             if best is not None:
-                self._entries.move_to_end(best.tokens)
+                self._entries.move_to_end((scope, best.tokens))
         return best, best_len
 
-    def put(self, entry: PrefixKV) -> None:
+    def put(self, entry: PrefixKV, scope: str | None = None) -> None:
         if len(entry) == 0 or len(entry) > self.max_tokens:
             return
         with self._lock:
-            if entry.tokens in self._entries:
-                self._entries.move_to_end(entry.tokens)
+            if (scope, entry.tokens) in self._entries:
+                self._entries.move_to_end((scope, entry.tokens))
                 return
-            # An entry that is a prefix of the new one is now redundant.
-            for key in [k for k in self._entries if len(k) < len(entry) and entry.tokens[: len(k)] == k]:
+            # An entry of this scope that is a prefix of the new one is now redundant.
+            for key in [(sc, k) for sc, k in self._entries
+                        if sc == scope and len(k) < len(entry) and entry.tokens[: len(k)] == k]:
                 self._tokens -= len(self._entries.pop(key))
-            self._entries[entry.tokens] = entry
+            self._entries[(scope, entry.tokens)] = entry
             self._tokens += len(entry)
             while self._tokens > self.max_tokens and self._entries:
                 _, old = self._entries.popitem(last=False)

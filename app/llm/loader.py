@@ -173,7 +173,7 @@ def load_model(
         )
     if spec.kind not in ("lm", "embedder"):
         raise ModelLoadError(f"model {spec.name!r}: kind must be 'lm' or 'embedder', not {spec.kind!r}")
-    if spec.backend == "remote":  # an OpenAI-compatible server (remote.py); no torch, no cache
+    if spec.backend == "remote":  # an OpenAI-compatible server (app/llm/remote/); no torch, no cache
         from .remote import load_remote
 
         return load_remote(spec)

@@ -38,7 +38,9 @@ class ModelSpec:
       ``max_batch_tokens`` (int, default 8192: rows x sequence length per forward
       pass, KV included), ``num_threads`` (int: ``torch.set_num_threads``),
       ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
-      source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool).
+      source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool),
+      ``scheduler`` (dict: ``enabled``, ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``,
+      ``isolate_tenants``; app/llm/scheduler.py, docs/models.md).
     """
 
     name: str

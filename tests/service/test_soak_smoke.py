@@ -37,7 +37,8 @@ def test_short_run_is_clean_and_reports_everything(run):
     s, out = run
     assert s["ok"], json.dumps(s, indent=1, default=str)[:4000]
     assert s["errors"] == 0 and s["status_by_op"]["classify"].get("200", 0) >= 1
-    assert s["ledger"]["answers"] == s["ledger"]["charged_entries"] >= 1
+    # Repeated questions are re-released at no cost (answer reuse): every other answer is one charge.
+    assert s["ledger"]["answers"] - s["ledger"]["reused_answers"] == s["ledger"]["charged_entries"] >= 1
     assert s["jobs"]["stuck"] == [] and s["jobs"]["jobs"] == sum(s["jobs"]["by_status"].values())
     row = s["per_minute"][0]
     assert row["requests"] > 0 and row["p95_ms"] is not None and row["rss_server_mib"] > 100
@@ -51,8 +52,12 @@ def test_checker_catches_each_broken_ledger_on_the_real_data(soak, run):
     data = json.loads((out / "ledger.json").read_text())
     answers, attempted, entries, budgets = data["answers"], data["attempted"], data["entries"], data["budgets"]
     assert soak.check_ledger(answers, attempted, entries, budgets)["ok"]
-    key = next(iter(answers))
+    key = next(k for k, a in answers.items() if not a.get("reused"))
     entry = next(e for e in entries if e["idempotency_key"] == key)
+    # a reused answer that was charged under its own key after all
+    reused = {**answers, key: {**answers[key], "reused": True}}
+    r = soak.check_ledger(reused, attempted, entries, budgets)
+    assert not r["ok"] and r["reused_but_charged"] == [key]
 
     # an answer the client never received (in flight at a kill): reported, not a failure
     r = soak.check_ledger({k: v for k, v in answers.items() if k != key}, attempted, entries, budgets)

@@ -227,7 +227,8 @@ async def generate(
     t0 = time.perf_counter()
     try:
         # The one call a ledger wraps: everything model-side happens here, in a worker thread.
-        result = await run_for_tenant(principal, mech.run, req, lm, emb, rng)
+        result = await run_for_tenant(principal, mech.run, req, lm, emb, rng,
+                                      lm=lm, deadline_s=rt.settings.request_deadline_seconds)
     except (MechanismParamError, ValueError) as exc:
         raise _mech_error(exc) from None
     full = result.to_dict(include_internals=True)

@@ -1,0 +1,300 @@
+"""A batch scheduler in front of one in-process model: concurrent calls coalesced into batched forwards.
+
+Without it, the ``hf`` backend serialises forward passes with one lock per model,
+so N concurrent answers cost N forwards of a few rows each (issue 19: 16 clients
+were 0.70x sequential). With it, each scoring call (``next_token_logprobs``,
+``continuation_logprobs``) becomes a *job* in a bounded FIFO queue; one worker
+thread per model takes the oldest job and every queued job that can share its
+batch, up to ``max_batch_tokens`` row tokens, and runs them as one call of the
+model's batched path. That path already computes a batch's common token prefix
+once and right-pads the suffixes with exact position ids and masks (kv.py), so
+each row's numbers equal its one-at-a-time numbers up to float32 rounding, and
+a tenant's shared prompt header is computed once for all its requests' rows.
+
+The batching is continuous in the sense that matters on a busy server: the
+worker never idles while jobs wait and never waits for a batch to fill
+(``max_wait_ms`` 0 by default): jobs that arrive while a batch runs form the
+next batch. Decode steps of concurrent ``DecodeSession``\\ s are not merged (their
+KV caches have different lengths; they take the model lock per step and
+interleave with the batches).
+
+Jobs can share a batch when they are the same kind of call, with the same
+continuations (for continuation scoring), and, with ``isolate_tenants`` (the
+default), of the same tenant (app/llm/tenancy.py). Why tenants do not share a
+batch by default: docs/models.md#batching-and-tenants.
+
+Back-pressure applies to interactive work, i.e. calls made inside a
+``deadline_scope`` (the API sets one around every answer): the queue holds at
+most ``max_queue`` such jobs and one that does not fit raises :class:`Overloaded`
+at once (the API answers 503 with ``Retry-After``, before any budget is
+charged); a job still queued at its deadline is dropped and its caller gets
+:class:`DeadlineExceeded`; a job already running is waited for (a forward pass
+cannot be interrupted). Background work (audit jobs, the CLI, library use: no
+deadline scope) is queued and batched the same way but never refused: it has
+no client waiting to retry, and failing a long audit for a burst of traffic
+would be worse than waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import LLMError
+from .tenancy import current_deadline, current_tenant, tenant_scope
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(LLMError):
+    """The model's queue is full: try again after ``retry_after`` seconds (no work was done)."""
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(Overloaded, TimeoutError):
+    """The job waited in the queue past its deadline and was dropped (no work was done)."""
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    enabled: bool = True
+    max_batch_tokens: int = 4096  # row tokens (prompt tokens of every row) per coalesced batch
+    max_wait_ms: float = 0.0  # how long the oldest job may wait for company; 0: never wait
+    max_queue: int = 64  # interactive jobs queued per model before Overloaded
+    isolate_tenants: bool = True
+
+    @classmethod
+    def from_options(cls, opts: dict[str, Any]) -> SchedulerOptions:
+        o = dict(opts.get("scheduler") or {})
+        unknown = set(o) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"options.scheduler: unknown keys {sorted(unknown)}")
+        out = cls(**o)
+        if out.max_batch_tokens < 1 or out.max_queue < 1 or out.max_wait_ms < 0:
+            raise ValueError("options.scheduler: max_batch_tokens and max_queue must be >= 1, max_wait_ms >= 0")
+        return out
+
+
+@dataclass(eq=False)
+class _Job:
+    key: Hashable  # jobs with equal keys may share a batch
+    rows: list[list[int]]
+    tenant: str | None
+    deadline: float | None  # None: background work, never dropped
+    enqueued: float = field(default_factory=time.monotonic)
+    done: threading.Event = field(default_factory=threading.Event)
+    state: str = "queued"  # queued, running, done, dropped
+    result: Any = None
+    error: BaseException | None = None
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r) for r in self.rows)
+
+
+# (model name, event, numbers) callbacks: the API's /metrics installs one (app/api/metrics.py).
+# Events: "batch" {jobs, rows, tokens, seconds, waited_s (list)}, "rejected" {reason}.
+OBSERVERS: list[Callable[[str, str, dict[str, Any]], None]] = []
+SCHEDULERS: weakref.WeakSet[BatchScheduler] = weakref.WeakSet()
+
+
+def _notify(model: str, event: str, data: dict[str, Any]) -> None:
+    for fn in list(OBSERVERS):
+        try:
+            fn(model, event, data)
+        except Exception:  # a metrics bug must not fail model work
+            log.exception("scheduler observer failed")
+
+
+class BatchScheduler:
+    """One worker thread and one bounded queue for one model (see module doc).
+
+    ``run(key, rows) -> array`` computes a batch: ``rows`` are the token rows of
+    every job in it, concatenated; the answer's first axis follows the rows.
+    """
+
+    def __init__(self, name: str, run: Callable[[Hashable, list[list[int]]], np.ndarray], opts: SchedulerOptions,
+                 *, model_stats: Callable[[], dict[str, int]] | None = None):
+        self.name = name
+        self.model_stats = model_stats  # the model's own counters (hf: ForwardStats), for /metrics
+        self.opts = opts
+        self._run = run
+        self._queue: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._busy = 0.0  # EWMA of seconds per batch, for Retry-After
+        self.running = 0  # jobs in the batch being computed
+        self.stats = {"jobs": 0, "batches": 0, "rows": 0, "tokens": 0, "rejected": 0, "expired": 0}
+        SCHEDULERS.add(self)
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting (not the running batch)."""
+        return len(self._queue)
+
+    def _interactive_depth(self) -> int:
+        return sum(1 for j in self._queue if j.deadline is not None)
+
+    def retry_after(self) -> int:
+        """Seconds after which a refused caller may expect room: the queue's batches at the recent pace."""
+        per_batch = self._busy or 1.0
+        return int(min(60, max(1, round(per_batch * max(1, len(self._queue)) / 4))))
+
+    # ------------------------------------------------------------ callers
+
+    def admit(self) -> None:
+        """Raise :class:`Overloaded` when a new interactive job would not fit (for work that does not
+        queue, e.g. decoding; a no-op outside a deadline scope)."""
+        if self.opts.enabled and current_deadline() is not None and self._interactive_depth() >= self.opts.max_queue:
+            self._reject("queue_full")
+
+    def _reject(self, reason: str) -> None:
+        self.stats["rejected"] += 1
+        _notify(self.name, "rejected", {"reason": reason})
+        ra = self.retry_after()
+        if reason == "deadline":
+            raise DeadlineExceeded(f"model {self.name!r}: the request waited past its deadline in the model queue; "
+                                   f"retry after {ra} s", retry_after=ra)
+        raise Overloaded(f"model {self.name!r} is overloaded ({self.opts.max_queue} requests queued); "
+                         f"retry after {ra} s", retry_after=ra)
+
+    def submit(self, key: Hashable, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Queue ``rows`` under ``key``, wait for the batch that carries them, return their part of its answer."""
+        rows = [list(r) for r in rows]
+        if not self.opts.enabled or not rows or threading.current_thread() is self._thread:
+            return self._run(key, rows)
+        deadline = current_deadline()
+        if deadline is not None and deadline <= time.monotonic():
+            self._reject("deadline")
+        job = _Job(key=key, rows=rows, tenant=current_tenant(), deadline=deadline)
+        with self._cond:
+            if self._closed:
+                raise LLMError(f"model {self.name!r} is closed")
+            if deadline is not None and self._interactive_depth() >= self.opts.max_queue:
+                self._reject("queue_full")
+            self._queue.append(job)
+            self._ensure_worker()
+            self._cond.notify_all()
+        if not job.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            with self._cond:
+                if job.state == "queued":
+                    self._queue.remove(job)
+                    job.state = "dropped"
+            if job.state == "dropped":
+                self.stats["expired"] += 1
+                self._reject("deadline")
+            job.done.wait()  # running: a forward pass is not interrupted
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------- worker
+
+    def _ensure_worker(self) -> None:  # under _cond
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=f"dpicl-batch-{self.name}", daemon=True)
+            self._thread.start()
+
+    def _batch_key(self, job: _Job) -> Hashable:
+        return (job.key, job.tenant) if self.opts.isolate_tenants else job.key
+
+    def _take(self) -> list[_Job] | None:
+        """Under _cond: the oldest job and every queued job that may share its batch, within the token budget."""
+        while not self._queue:
+            if self._closed:
+                return None
+            self._cond.wait()
+        if self.opts.max_wait_ms > 0:
+            until = self._queue[0].enqueued + self.opts.max_wait_ms / 1000
+            while (time.monotonic() < until and not self._closed
+                   and sum(j.tokens for j in self._queue) < self.opts.max_batch_tokens):
+                self._cond.wait(max(0.0, until - time.monotonic()))
+        first = self._queue[0]
+        key = self._batch_key(first)
+        batch, tokens = [], 0
+        for job in list(self._queue):
+            if self._batch_key(job) != key:
+                continue
+            if batch and tokens + job.tokens > self.opts.max_batch_tokens:
+                break
+            batch.append(job)
+            tokens += job.tokens
+        for job in batch:
+            self._queue.remove(job)
+            job.state = "running"
+        self.running = len(batch)
+        return batch
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                batch = self._take()
+            if batch is None:
+                return
+            now = time.monotonic()
+            live = []
+            for job in batch:
+                if job.deadline is not None and job.deadline <= now:  # its caller is about to give up (or has): do not compute it
+                    job.state = "dropped"
+                    self.stats["expired"] += 1
+                    job.error = DeadlineExceeded(
+                        f"model {self.name!r}: the request waited past its deadline in the model queue",
+                        retry_after=self.retry_after())
+                    job.done.set()
+                else:
+                    live.append(job)
+            if live:
+                self._execute(live, now)
+            self.running = 0
+
+    def _execute(self, batch: list[_Job], started: float) -> None:
+        rows = [r for job in batch for r in job.rows]
+        tenants = {job.tenant for job in batch}
+        # One tenant: its own prefix-cache scope. Several (isolate_tenants off): a scope of this batch
+        # alone, so no tenant's cached prefix serves or perturbs another's rows.
+        scope = batch[0].tenant if len(tenants) == 1 else f"\x00batch-{id(batch)}-{started}"
+        t0 = time.perf_counter()
+        try:
+            with tenant_scope(scope):
+                out = self._run(batch[0].key, rows)
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            if len(batch) > 1:  # one job's bad input must not fail its neighbours: run each alone
+                for job in batch:
+                    self._execute([job], started)
+                return
+            batch[0].error = exc
+            batch[0].state = "done"
+            batch[0].done.set()
+            return
+        seconds = time.perf_counter() - t0
+        self._busy = seconds if not self._busy else 0.8 * self._busy + 0.2 * seconds
+        i = 0
+        for job in batch:
+            job.result = out[i:i + len(job.rows)] if len(batch) == 1 else out[i:i + len(job.rows)].copy()
+            i += len(job.rows)
+            job.state = "done"
+            job.done.set()
+        n_tokens = sum(len(r) for r in rows)
+        self.stats["jobs"] += len(batch)
+        self.stats["batches"] += 1
+        self.stats["rows"] += len(rows)
+        self.stats["tokens"] += n_tokens
+        _notify(self.name, "batch", {"jobs": len(batch), "rows": len(rows), "tokens": n_tokens, "seconds": seconds,
+                                     "waited_s": [started - j.enqueued for j in batch]})

@@ -1,0 +1,178 @@
+"""Serving throughput under concurrency: 1, 4 and 16 concurrent clients against a real `dpicl serve`.
+
+    python benchmarks/bench_serving.py [--answers 16] [--clients 1,4,16] [--large-clients 1,16] [--threads 1]
+                                       [--workloads "rnm 2x1,rnm 8x4"] [--baseline]
+    python benchmarks/bench_serving.py --url http://127.0.0.1:8000   # a server already running
+
+Starts `dpicl serve` (bundled models, a fresh SQLite, open auth) unless ``--url`` is given, loads the
+bundled ``assistant_intents`` train split as one private dataset, and for each workload (``rnm``
+classify, 2 partitions x 1 shot and 8 x 4) sends ``--answers`` answers from each client count.
+Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches per answer and the
+model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
+same workload on the same server process. ``--baseline`` repeats everything on a second server whose
+model runs with the batch scheduler off (``options.scheduler.enabled: false``: the per-model lock
+alone, as before issue 19), for the same ratios without batching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+WORKLOADS = {"rnm 2x1": (2, 1), "rnm 8x4": (8, 4)}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(tmp: str, threads: int, scheduler: dict | None) -> tuple[subprocess.Popen, str]:
+    port = _port()
+    env = dict(os.environ, DPICL_DATABASE_URL=f"sqlite:///{tmp}/bench.db", DPICL_LOG_LEVEL="warning",
+               DPICL_AUTH_MODE="open", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if scheduler is not None:
+        env["DPICL_MODELS"] = json.dumps([
+            {"name": "smollm2-135m-instruct", "kind": "lm", "source": "bundled:smollm2-135m-instruct",
+             "options": {"scheduler": scheduler, "num_threads": threads}},
+            {"name": "all-minilm-l6-v2", "kind": "embedder", "source": "bundled:all-minilm-l6-v2"}])
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    while True:
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.perf_counter() - t0 > 300:
+            proc.kill()
+            raise RuntimeError("server did not start")
+        time.sleep(0.2)
+
+
+def make_dataset(url: str) -> tuple[str, list[str]]:
+    from app.icl import load_bundled
+
+    ds = load_bundled("assistant_intents")
+    t = ds.template
+    body = {"name": "bench-serving", "labels": list(ds.labels), "budget": {"epsilon": 1e9, "delta": 1e-5},
+            "template": {"instruction": t.instruction.replace("{labels}", ", ".join(ds.labels)),
+                         "input_prefix": t.input_prefix.strip(), "output_prefix": t.output_prefix},
+            "exemplars": [{"input": i, "output": o} for i, o in ds.exemplars("train")]}
+    r = httpx.post(f"{url}/v1/datasets", json=body, timeout=60)
+    r.raise_for_status()
+    return r.json()["id"], [e.input for e in ds.test]
+
+
+def scrape(url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+        for s in fam.samples:
+            if s.labels.get("model") == "smollm2-135m-instruct" and s.name in (
+                    "dpicl_model_forward_tokens_total", "dpicl_model_batch_rows_count",
+                    "dpicl_model_batch_requests_sum", "dpicl_model_tokens_total"):
+                out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+async def run_clients(url: str, ds: str, queries: list[str], partitions: int, shots: int, clients: int,
+                      answers: int) -> dict:
+    latencies: list[float] = []
+    todo = list(range(answers))
+
+    async def client(c: httpx.AsyncClient) -> None:
+        while todo:
+            i = todo.pop()
+            t0 = time.perf_counter()
+            r = await c.post(f"{url}/v1/private/classify", json={
+                "dataset_id": ds, "query": queries[i % len(queries)], "mechanism": "rnm", "epsilon": 1.0,
+                "partitions": partitions, "shots_per_partition": shots})
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+
+    before = scrape(url)
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients + 4)) as c:
+        t0 = time.perf_counter()
+        await asyncio.gather(*[client(c) for _ in range(clients)])
+        wall = time.perf_counter() - t0
+    after = scrape(url)
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    lat = sorted(latencies)
+    q = lambda p: lat[min(len(lat) - 1, int(round(p * (len(lat) - 1))))]  # noqa: E731
+    batches = d.get("dpicl_model_batch_rows_count", 0.0)
+    return {"clients": clients, "answers": answers, "wall_s": round(wall, 2),
+            "answers_per_s": round(answers / wall, 3), "p50_s": round(q(0.5), 3), "p95_s": round(q(0.95), 3),
+            "calls_per_batch": round(d.get("dpicl_model_batch_requests_sum", 0.0) / batches, 2) if batches else None,
+            "forward_tokens_per_answer": round(d.get("dpicl_model_forward_tokens_total", 0.0) / answers, 1)}
+
+
+def bench(url: str, clients: list[int], answers: int, large_clients: list[int], workloads: list[str]) -> dict:
+    ds, queries = make_dataset(url)
+    # warm-up: the first answers pay for lazy initialisation
+    asyncio.run(run_clients(url, ds, queries, 2, 1, 1, 2))
+    out = {}
+    for name in workloads:
+        p, s = WORKLOADS[name]
+        ns = large_clients if p * s >= 32 else clients
+        rows = [asyncio.run(run_clients(url, ds, queries, p, s, n, answers)) for n in ns]
+        seq = next((r for r in rows if r["clients"] == 1), rows[0])
+        for r in rows:
+            r["ratio_vs_sequential"] = round(r["answers_per_s"] / seq["answers_per_s"], 2)
+            r["p95_over_single_p50"] = round(r["p95_s"] / seq["p50_s"], 2)
+        out[name] = rows
+        for r in rows:
+            print(f"{name:8s} clients={r['clients']:2d} {r['answers_per_s']:6.2f} ans/s  x{r['ratio_vs_sequential']:.2f}"
+                  f"  p50 {r['p50_s']:.2f}s p95 {r['p95_s']:.2f}s  calls/batch {r['calls_per_batch']}"
+                  f"  fwd tok/ans {r['forward_tokens_per_answer']}", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", help="a running dpicl serve (otherwise one is started)")
+    ap.add_argument("--answers", type=int, default=16)
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--large-clients", default="1,16",
+                    help="client counts for the 8x4 workload (compute-bound on a CPU: fewer runs keep it short)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {list(WORKLOADS)}")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the started server")
+    ap.add_argument("--baseline", action="store_true", help="also run a server with the scheduler off")
+    args = ap.parse_args()
+    clients = [int(x) for x in args.clients.split(",")]
+    large = [int(x) for x in args.large_clients.split(",")]
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    result: dict = {"answers": args.answers, "threads": args.threads}
+    if args.url:
+        result["server"] = bench(args.url, clients, args.answers, large, workloads)
+    else:
+        runs = [("batched", None)] + ([("lock_only", {"enabled": False})] if args.baseline else [])
+        for label, sched in runs:
+            print(f"--- {label}", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                proc, url = start_server(tmp, args.threads, sched)
+                try:
+                    result[label] = bench(url, clients, args.answers, large, workloads)
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=30)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The batch scheduler with the real SmolLM2: concurrent calls coalesce, results equal one-at-a-time,
+tenants never share a batch or a cached prefix, a full queue refuses at once, a stale job is dropped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from app.llm.scheduler import BatchScheduler, DeadlineExceeded, Overloaded
+from app.llm.tenancy import current_tenant, deadline_scope, tenant_scope
+
+from .conftest import prefix_reuse
+from .test_logprobs import ATOL
+
+LABELS = [" World", " Sports", " Business", " Technology"]
+
+
+def _wait_for(cond, timeout=30.0):
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout
+        time.sleep(0.005)
+
+
+def _in_threads(calls):
+    """Run ``calls`` (zero-argument functions) in threads at once; return their results in order."""
+    out: list = [None] * len(calls)
+    errors: list = []
+
+    def run(i, fn):
+        try:
+            out[i] = fn()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+    return out
+
+
+def _queued_while_locked(lm, calls, batches):
+    """Start ``calls`` (one job each) while the model lock is held: the worker takes a first batch
+    (whatever was queued then) and blocks on the lock; the rest queue up. Then release."""
+    results: list = []
+    with lm._lock:
+        runner = threading.Thread(target=lambda: results.append(_in_threads(calls)))
+        runner.start()
+        t0 = time.monotonic()
+        # every call here has one row (jobs = rows); the worker may wake after all have queued
+        while not (batches and sum(n for _, n in batches) + lm.scheduler.depth == len(calls)):
+            assert time.monotonic() - t0 < 30, f"calls did not queue: {batches} {lm.scheduler.depth}"
+            time.sleep(0.005)
+        assert len(batches) == 1  # the first batch is blocked on the model lock
+    runner.join(60)
+    return results[0]
+
+
+@pytest.fixture
+def batches(lm):
+    """Record (tenant, rows) of every batch the scheduler runs."""
+    seen: list[tuple[str | None, int]] = []  # (tenant scope, rows) per batch
+    run = lm.scheduler._run
+
+    def spy(key, rows):
+        seen.append((current_tenant(), len(rows)))
+        return run(key, rows)
+
+    lm.scheduler._run = spy
+    yield seen
+    lm.scheduler._run = run
+
+
+def test_concurrent_next_token_calls_coalesce_and_equal_single_calls(lm, header_prompts, mixed_prompts, batches):
+    prompts = mixed_prompts  # 8 calls of one prompt each, mixed lengths, half sharing a chat header
+    with prefix_reuse(lm, False):
+        singles = [lm.next_token_logprobs([p])[0] for p in prompts]
+    batches.clear()
+    with prefix_reuse(lm, True):
+        got = _queued_while_locked(lm, [lambda p=p: lm.next_token_logprobs([p]) for p in prompts], batches)
+    # the first batch (what was queued when the worker woke), then every other call in one batch
+    assert len(batches) in (1, 2) and sum(n for _, n in batches) == len(prompts)
+    assert max(n for _, n in batches) >= len(prompts) // 2
+    for i, p in enumerate(prompts):
+        assert got[i].shape == (1, lm.vocab_size)
+        np.testing.assert_allclose(got[i][0], singles[i], rtol=0, atol=ATOL, err_msg=f"prompt {i}")
+
+
+def test_concurrent_continuation_scores_equal_single_calls(lm, header_prompts, batches):
+    with prefix_reuse(lm, False):
+        singles = [lm.continuation_logprobs([p], LABELS)[0] for p in header_prompts]
+    batches.clear()
+    calls = [lambda p=p: lm.continuation_logprobs([p], LABELS) for p in header_prompts]
+    calls.append(lambda: lm.continuation_logprobs([header_prompts[1]], [" World"]))  # other labels: own batch
+    got = _queued_while_locked(lm, calls, batches)
+    # at most: a first batch, the rest of the 4-label calls, the 1-label call
+    assert 2 <= len(batches) <= 3 and sum(n for _, n in batches) == len(calls)
+    for i in range(len(header_prompts)):
+        np.testing.assert_allclose(got[i][0], singles[i], rtol=0, atol=2e-4)  # as test_continuation.py
+    np.testing.assert_allclose(got[-1][0, 0], singles[1][0], rtol=0, atol=2e-4)
+
+
+def test_tenants_never_share_a_batch(lm, header_prompts, batches):
+    def call(tenant, p):
+        def fn():
+            with tenant_scope(tenant):
+                return lm.next_token_logprobs([p])
+        return fn
+
+    calls = [call(t, p) for p in header_prompts for t in ("acme", "globex")]
+    _queued_while_locked(lm, calls, batches)
+    # a first batch (one tenant's queued calls), then one batch per tenant still waiting; a mixed
+    # batch would run under a scope of its own ("\x00batch-..."), not a tenant's
+    assert 2 <= len(batches) <= 3 and sum(n for _, n in batches) == len(calls)
+    assert {t for t, _ in batches} == {"acme", "globex"}
+    assert {t for t, _ in batches[1:]} == ({"acme", "globex"} if len(batches) == 3 else {batches[1][0]})
+
+
+def test_prefix_cache_is_tenant_scoped(lm, header_prompts):
+    with prefix_reuse(lm, True):
+        with tenant_scope("acme"):
+            lm.next_token_logprobs(header_prompts[:2])  # computes and caches the shared chat header
+            hits = lm.stats.prefix_cache_hits
+            lm.next_token_logprobs(header_prompts[2:])
+            assert lm.stats.prefix_cache_hits == hits + 1
+        with tenant_scope("globex"):
+            hits = lm.stats.prefix_cache_hits
+            lm.next_token_logprobs(header_prompts[2:])
+            assert lm.stats.prefix_cache_hits == hits  # acme's header is invisible to globex
+
+
+def test_full_queue_refuses_at_once_and_stale_jobs_are_dropped(lm, header_prompts):
+    sched = BatchScheduler("smollm2-test", lm._run_batch, replace(lm.scheduler.opts, max_queue=2))
+    rows = [lm.tokenize(p) for p in header_prompts]
+    computed: list[int] = []
+    run = sched._run
+    sched._run = lambda key, r: (computed.append(len(r)), run(key, r))[1]
+    outcomes: dict[int, object] = {}
+
+    def submit(i, seconds):
+        try:
+            with deadline_scope(seconds):
+                outcomes[i] = sched.submit(("next",), [rows[i]])
+        except Overloaded as exc:
+            outcomes[i] = exc
+
+    with lm._lock:
+        t0 = threading.Thread(target=submit, args=(0, 30))  # taken by the worker, blocked on the lock
+        t0.start()
+        while sched.stats["jobs"] == 0 and sched.depth == 0:
+            time.sleep(0.005)
+        while sched.depth:
+            time.sleep(0.005)
+        t1 = threading.Thread(target=submit, args=(1, 0.2))  # queued; its deadline passes while queued
+        t2 = threading.Thread(target=submit, args=(2, 30))
+        t1.start(), t2.start()
+        while sched.depth < 2:
+            time.sleep(0.005)
+        t_refused = time.monotonic()
+        with pytest.raises(Overloaded) as info, deadline_scope(30):
+            sched.submit(("next",), [rows[3]])
+        assert time.monotonic() - t_refused < 0.5 and info.value.retry_after >= 1
+        assert not isinstance(info.value, DeadlineExceeded)
+        t1.join(5)
+        assert isinstance(outcomes[1], DeadlineExceeded)
+    t0.join(30), t2.join(30)
+    assert isinstance(outcomes[0], np.ndarray) and isinstance(outcomes[2], np.ndarray)
+    assert computed == [1, 1]  # job 1 (dropped) and the refused one were never computed
+    assert sched.stats["rejected"] == 2
+    # background work (no deadline scope: audit jobs, the CLI) is queued past max_queue, never refused
+    with lm._lock:
+        bg = [threading.Thread(target=sched.submit, args=(("next",), [rows[i]])) for i in range(4)]
+        bg[0].start()
+        _wait_for(lambda: sched.running == 1)  # taken by the worker, blocked on the lock
+        for t in bg[1:]:
+            t.start()
+        _wait_for(lambda: sched.depth == 3)  # more than max_queue waiting, none refused
+    for t in bg:
+        t.join(60)
+    assert sched.stats["rejected"] == 2 and sum(computed) == 6
+    sched.close()
+
+
+def test_disabled_scheduler_runs_in_the_callers_thread(lm, header_prompts):
+    sched = BatchScheduler("smollm2-off", lm._run_batch, replace(lm.scheduler.opts, enabled=False))
+    threads: list[str] = []
+    sched._run = lambda key, r: (threads.append(threading.current_thread().name), lm._run_batch(key, r))[1]
+    sched.submit(("next",), [lm.tokenize(header_prompts[0])])
+    assert threads == [threading.current_thread().name]
+
+
+def test_shared_batches_across_tenants_when_isolation_is_off(lm, header_prompts):
+    """isolate_tenants: false mixes tenants in one batch, under a scope of that batch alone."""
+    sched = BatchScheduler("smollm2-mixed", lm._run_batch, replace(lm.scheduler.opts, isolate_tenants=False))
+    scopes: list = []
+    sched._run = lambda key, r: (scopes.append((current_tenant(), len(r))), lm._run_batch(key, r))[1]
+    rows = [lm.tokenize(p) for p in header_prompts]
+    with prefix_reuse(lm, False):
+        singles = [lm.next_token_logprobs([p])[0] for p in header_prompts]
+    got: dict = {}
+
+    def call(i, tenant):
+        with tenant_scope(tenant), deadline_scope(60):
+            got[i] = sched.submit(("next",), [rows[i]])
+
+    with prefix_reuse(lm, True):
+        with lm._lock:
+            first = threading.Thread(target=call, args=(0, "acme"))
+            first.start()
+            _wait_for(lambda: sched.running == 1)
+            rest = [threading.Thread(target=call, args=(i, "globex" if i % 2 else "acme")) for i in (1, 2, 3)]
+            for t in rest:
+                t.start()
+            _wait_for(lambda: sched.depth == 3)
+        for t in [first, *rest]:
+            t.join(60)
+    assert scopes[0] == ("acme", 1)
+    assert len(scopes) == 2 and scopes[1][1] == 3 and scopes[1][0].startswith("\x00batch-")  # one mixed batch
+    for i in range(4):
+        np.testing.assert_allclose(got[i][0], singles[i], rtol=0, atol=ATOL)
+    sched.close()
