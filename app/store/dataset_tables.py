@@ -13,7 +13,9 @@ from app.store.base import DEFAULT_TENANT, Base, UTCDateTime, utcnow
 
 
 class Dataset(Base):
-    """A private exemplar set. Exemplar text lives in ``exemplars`` and never leaves the server."""
+    """An exemplar set. ``visibility`` "private" (the default): exemplar text lives in ``exemplars``
+    and never leaves the server. "public": DP output (a synthetic set made by the ``synthesize``
+    job from a private parent), readable in full by its tenant; ``provenance`` says how it was made."""
 
     __tablename__ = "datasets"
 
@@ -26,6 +28,9 @@ class Dataset(Base):
     exemplar_count: Mapped[int] = mapped_column(Integer)
     label_counts: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # 0011: public synthetic sets and where they come from.
+    visibility: Mapped[str] = mapped_column(String(16), default="private", server_default="private")
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     exemplars: Mapped[list["Exemplar"]] = relationship(
         back_populates="dataset", cascade="all, delete-orphan", passive_deletes=True, order_by="Exemplar.position"
