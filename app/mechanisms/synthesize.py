@@ -61,7 +61,9 @@ from app.privacy.errors import PrivacyInputError
 
 NAME = "dp_few_shot_generation"
 SENSITIVITY = math.sqrt(2.0)  # L2 change of a sum of probability vectors when one vector changes
-DEFAULT_PARTITIONS = 16
+# Signal grows with the partitions (the histogram sums M distributions), the noise does not:
+# on the bundled task M = 64 at epsilon 8 gives texts close to the noiseless ones, M = 16 noise.
+DEFAULT_PARTITIONS = 64
 DEFAULT_SHOTS_PER_PARTITION = 1
 DEFAULT_PUBLIC_TOP_K = 20
 MAX_PUBLIC_TOP_K = 1 << 20

@@ -45,7 +45,7 @@ class SynthesizeConfig(BaseModel):
     max_tokens: int = Field(default=24, ge=1, le=256, description="tokens per demonstration (all are charged)")
     partitions: int | None = Field(default=None, ge=1, le=10_000,
                                    description="disjoint subsets per label (default: as many as the smallest "
-                                               "label fills, at most 16)")
+                                               "label fills, at most 64)")
     shots_per_partition: int | None = Field(default=None, ge=1, le=1000, description="private exemplars per subset")
     public_top_k: int = Field(default=20, ge=0, le=1 << 20,
                               description="candidates per token: the exemplar-free prompt's top-k (+ EOS); 0 = vocabulary")
