@@ -242,3 +242,28 @@ def test_cancel_before_release_refunds(runtime):
         kind.run(_Ctx(runtime, job_id, stop_after=4, exc=JobCancelled), model)
     entries, spent = _ledger(runtime, parent)
     assert entries == [(f"synthesize:{job_id}", "refunded")] and spent == 0.0
+
+
+def test_canary_mia_targets_the_synthesizer(server, database_url):
+    """canary_mia task synthesize on SmolLM2 (tiny: 4 trials of 2 labels x 1 shot x 3 tokens): the job
+    runs, reports the rigorous bound against the synthesizer's own epsilon, and is honest that
+    4 trials have no power (inconclusive unless it sees a violation)."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("the model work runs once, on SQLite (the job's SQL is the canary_mia job's)")
+    ex = [{"input": t, "output": "lights"} for t in ("turn the lamp on", "dim the lights", "lights off")] + \
+         [{"input": t, "output": "music"} for t in ("play jazz", "skip this song", "volume up")]
+    config = {"task": "synthesize", "dataset": {"exemplars": ex, "labels": ["lights", "music"], "size": 6},
+              "target": {"params": {"epsilon": 4.0, "delta": 1e-5, "shots_per_label": 1, "max_tokens": 3,
+                                    "partitions": 2}},
+              "canary": {"type": "hex", "label": "lights"}, "trials": 4, "seed": 3}
+    r = httpx.post(f"{server}/v1/audits", json={"kind": "canary_mia", "config": config}, timeout=30)
+    assert r.status_code == 202, r.text
+    job = _wait(server, r.json()["id"])
+    assert job["status"] == "succeeded", (job["error"], job["result"])
+    res = job["result"]
+    assert res["target"] == "synthesize" and res["trials_total"] == 4
+    assert 0 < res["epsilon_claimed"] <= 4.0 and res["epsilon"] >= 0.0
+    assert job["verdict"] in ("inconclusive", "violation")
+    bad = httpx.post(f"{server}/v1/audits", json={"kind": "canary_mia", "config": {
+        **config, "target": {"params": {"partitions": 9}}}}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "config.target.params.partitions", bad.text
