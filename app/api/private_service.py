@@ -46,8 +46,11 @@ class PrivateAnswer:
     epsilon_remaining: float
     replayed: bool = False
     reused: bool = False
+    budgeted: bool = True  # False: a public set's answer (no ledger, no budget headers)
 
     def headers(self) -> dict[str, str]:
+        if not self.budgeted:
+            return {"X-DPICL-Epsilon-Charged": "0"}
         return {
             "X-DPICL-Epsilon-Spent": f"{self.epsilon_spent:.6g}",
             "X-DPICL-Epsilon-Remaining": f"{self.epsilon_remaining:.6g}",
@@ -134,15 +137,19 @@ async def classify(
                 return None
             acc = budget_repo.get_account(s, dataset_id, principal.tenant_id)
             return (ds.task, list(ds.labels), dict(ds.template), datasets_repo.load_exemplars(s, dataset_id), acc,
-                    bool(ds.answer_reuse))
+                    bool(ds.answer_reuse), (ds.visibility or "private") == "public", ds.provenance)
 
     loaded = await run_in_threadpool(_load)
     if loaded is None:
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
-    task, labels, template, exemplars, acc, dataset_reuse = loaded
+    task, labels, template, exemplars, acc, dataset_reuse, public, provenance = loaded
     if task != "classification":
         raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/generate",
                        param="dataset_id", code="wrong_task")
+    if public or mech.name == "synthetic_icl":
+        params = {k: v for k, v in params.items() if v is not None}
+        return await _classify_public(rt, principal, mech, lm, dataset_id, query, labels, template, exemplars,
+                                      params, public, provenance, return_internals)
     parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
                                        n_exemplars=len(exemplars))
     ledger = Ledger(rt.db)
@@ -221,6 +228,57 @@ def classification_cost(rt: Runtime, mech, params: dict[str, Any], *, account_ad
     except (MechanismParamError, ValueError) as exc:
         raise _mechanism_error(exc) from None
     return parsed, cost
+
+
+PUBLIC_MECHANISMS = ("synthetic_icl", "icl", "zero_shot")
+
+
+async def _classify_public(rt, principal, mech, lm, dataset_id, query, labels, template, exemplars, params, public,
+                           provenance, return_internals) -> PrivateAnswer:
+    """A public (DP synthetic) set: ICL over its demonstrations is post-processing, charged nothing
+    (the synthesize job paid once on the parent's ledger). ``synthetic_icl`` is refused on a private
+    set: it would read private exemplars at a claimed epsilon of 0."""
+    from app.mechanisms.baselines import synthetic_cost
+    from app.mechanisms.errors import MechanismParamError
+
+    if not public:
+        raise APIError(422, f"synthetic_icl answers from a public synthetic set; dataset {dataset_id!r} is private "
+                       "(make one with the synthesize job)", param="dataset_id", code="dataset_not_public")
+    if mech.name not in PUBLIC_MECHANISMS:
+        raise APIError(422, f"dataset {dataset_id!r} is a public synthetic set: use one of "
+                       f"{', '.join(PUBLIC_MECHANISMS)} (no privacy mechanism is needed)", param="mechanism",
+                       code="public_dataset")
+    if any(k in params for k in ("epsilon", "delta", "partitions", "shots_per_partition", "adjacency")):
+        raise APIError(422, f"mechanism {mech.name!r} on a public set takes no privacy parameters",
+                       param=next(k for k in ("epsilon", "delta", "partitions", "shots_per_partition", "adjacency")
+                                  if k in params), code="not_private")
+    try:
+        parsed = mech.parse_params(params)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mechanism_error(exc) from None
+    t0 = time.perf_counter()
+    try:
+        result = await run_for_tenant(principal, mech.classify, lm, exemplars, query, labels, template, parsed, None,
+                                      lm=lm, deadline_s=rt.settings.request_deadline_seconds)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mechanism_error(exc) from None
+    full = result.to_dict()
+    privacy = synthetic_cost(parsed.to_dict()) if mech.name != "zero_shot" else full["privacy"]
+    privacy["mechanism"] = mech.name
+    p = provenance or {}
+    body = {
+        "object": "private.classification",
+        "dataset_id": dataset_id,
+        "model": lm.name,
+        "label": result.label,
+        "mechanism": result.mechanism,
+        "privacy": privacy,
+        "synthetic_source": {k: p.get(k) for k in ("parent_dataset_id", "epsilon", "delta", "adjacency", "mechanism")},
+        "internals": full["internals"],
+        "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "budget": None,
+    }
+    return PrivateAnswer(visible(body, return_internals), 0.0, 0.0, budgeted=False)
 
 
 async def run_for_tenant(principal: Principal, fn: Callable[..., Any], *args: Any,

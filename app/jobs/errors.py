@@ -30,6 +30,13 @@ class JobConfigError(JobError):
     code = "invalid_config"
 
 
+class JobBudgetError(JobError):
+    """The privacy budget cannot pay for the job (HTTP 429 at submission)."""
+
+    code = "budget_exhausted"
+    http_status = 429
+
+
 class RetryableJobError(JobError):
     """A transient failure: the job goes back to the queue while attempts remain."""
 

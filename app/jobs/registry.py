@@ -44,6 +44,10 @@ class JobKind:
     def check(self, config: BaseModel, settings: Settings) -> None:
         """Checks beyond the schema, before anything is queued; raise JobConfigError(param=...)."""
 
+    def admit(self, runtime: Any, tenant_id: str, config: BaseModel) -> None:
+        """Checks that read the submitting tenant's data (e.g. a dataset's budget), before anything is
+        queued; raise JobConfigError (422) or JobBudgetError (429) naming the field. Default: none."""
+
     def run(self, ctx: JobContext, config: BaseModel) -> dict[str, Any]:
         raise NotImplementedError
 

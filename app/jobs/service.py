@@ -107,7 +107,8 @@ def submit(
     """Validate and insert a queued job (blocking: call it from a thread). Raises UnknownKind,
     ConfigInvalid, JobConfigError, repo.IdempotencyConflict."""
     settings = runtime.settings
-    _, model = validate_config(settings, kind_name, config)
+    kind, model = validate_config(settings, kind_name, config)
+    kind.admit(runtime, tenant_id, model)
     if webhook_url and not settings.webhook_secret:
         raise JobConfigError(
             "webhook_url needs a signing secret on the server: set DPICL_WEBHOOK_SECRET (16+ characters)",

@@ -218,7 +218,7 @@ def register(mech: Mechanism) -> Mechanism:
 
 def get_mechanism(name: str) -> Mechanism:
     key = str(name).strip().lower().replace("_", "-")
-    aliases = {"zero-shot": "zero_shot", "zeroshot": "zero_shot", "private-voting": "rnm", "poetry": "poe"}
+    aliases = {"zero-shot": "zero_shot", "zeroshot": "zero_shot", "synthetic-icl": "synthetic_icl", "private-voting": "rnm", "poetry": "poe"}
     key = aliases.get(key, key)
     if key not in _REGISTRY:
         raise UnknownMechanismError(

@@ -85,5 +85,32 @@ class ICL(Mechanism):
         )
 
 
+def synthetic_cost(params: dict[str, Any]) -> dict[str, Any]:
+    """epsilon 0: ICL on a public DP synthetic set is post-processing of that set (Dwork & Roth 2014
+    Prop. 2.1); its whole cost was charged once, by the synthesize job, on the parent's ledger."""
+    d = PrivacyCost(0.0, 0.0, "add-remove", "synthetic_icl", params, orders=None, rdp=None, rho=0.0).to_dict()
+    d["is_private"] = False
+    d["reads_exemplars"] = True  # public (DP output) exemplars only
+    d["post_processing"] = True
+    return d
+
+
+class SyntheticICL(ICL):
+    """``synthetic_icl``: the ``icl`` prompt over the demonstrations of a PUBLIC synthetic set
+    (Tang et al. 2024: DP few-shot generation, then ordinary ICL with the synthetic shots).
+    The library cannot see where exemplars come from: the API serves it on public sets only."""
+
+    name = "synthetic_icl"
+
+    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+        return synthetic_cost(self.parse_params(params).to_dict())
+
+    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+        res = super().classify(lm, exemplars, query, labels, template, params, rng)
+        return ClassificationResult(res.label, res.label_index, self.name, self.cost(params), res.internals,
+                                    res.distribution)
+
+
 register(ZeroShot())
 register(ICL())
+register(SyntheticICL())

@@ -13,7 +13,9 @@ from app.store.base import DEFAULT_TENANT, Base, UTCDateTime, utcnow
 
 
 class Dataset(Base):
-    """A private exemplar set. Exemplar text lives in ``exemplars`` and never leaves the server."""
+    """An exemplar set. ``visibility`` "private" (the default): exemplar text lives in ``exemplars``
+    and never leaves the server. "public": DP output (a synthetic set made by the ``synthesize``
+    job from a private parent), readable in full by its tenant; ``provenance`` says how it was made."""
 
     __tablename__ = "datasets"
 
@@ -28,6 +30,9 @@ class Dataset(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # An identical private request returns the stored released answer at no cost (docs/privacy.md).
     answer_reuse: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # 0011: public synthetic sets and where they come from.
+    visibility: Mapped[str] = mapped_column(String(16), default="private", server_default="private")
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     exemplars: Mapped[list["Exemplar"]] = relationship(
         back_populates="dataset", cascade="all, delete-orphan", passive_deletes=True, order_by="Exemplar.position"

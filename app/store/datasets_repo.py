@@ -22,9 +22,14 @@ def create_dataset(
     template: dict[str, Any],
     exemplars: Sequence[tuple[str, str]],
     answer_reuse: bool = True,
+    dataset_id: str | None = None,
+    visibility: str = "private",
+    provenance: dict[str, Any] | None = None,
 ) -> Dataset:
     ds = Dataset(
-        id=new_id("ds"),
+        id=dataset_id or new_id("ds"),
+        visibility=visibility,
+        provenance=provenance,
         tenant_id=tenant_id,
         name=name,
         task=task,
@@ -42,6 +47,11 @@ def create_dataset(
             [{"dataset_id": ds.id, "position": i, "input": inp, "output": out} for i, (inp, out) in enumerate(exemplars)],
         )
     return ds
+
+
+def get_dataset_any_tenant(session: Session, dataset_id: str) -> Dataset | None:
+    """For the job that owns a dataset id it derived itself (idempotent creation); never for a request."""
+    return session.get(Dataset, dataset_id)
 
 
 def get_dataset(session: Session, dataset_id: str, tenant_id: str) -> Dataset | None:

@@ -1,14 +1,14 @@
 """answer reuse: datasets.answer_reuse (opt-out) and ledger_entries.reuse_key
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -122,7 +122,7 @@ async def submit_audit(request: Request, body: AuditCreate, tenant_id: str, idem
         if not (param.startswith("config") or param in ("kind", "webhook_url")):
             param = f"config.{param}"
         message = exc.message if exc.message.startswith(param) else f"{param}: {exc.message}"
-        raise APIError(422, message, param=param, code=exc.code) from None
+        raise APIError(getattr(exc, "http_status", 422), message, param=param, code=exc.code) from None
     except repo.IdempotencyConflict as exc:
         raise APIError(
             409,

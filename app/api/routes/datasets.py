@@ -129,6 +129,8 @@ def dataset_object(ds, acc=None) -> dict[str, Any]:
         "created_at": ds.created_at.isoformat() if isinstance(ds.created_at, datetime) else ds.created_at,
         "answer_reuse": bool(ds.answer_reuse),
         "budget": budget_object(acc),
+        "visibility": getattr(ds, "visibility", None) or "private",
+        "provenance": getattr(ds, "provenance", None),
     }
 
 
@@ -293,6 +295,38 @@ async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     if not await run_in_threadpool(_delete):
         raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
     return {"id": dataset_id, "object": "dataset", "deleted": True}
+
+
+@router.get("/{dataset_id}/exemplars", dependencies=[Depends(require(*SCOPES))])
+async def list_exemplars(
+    dataset_id: str,
+    rt: RuntimeDep,
+    tenant: TenantDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
+    """The exemplars of a PUBLIC set (a DP synthetic set: its text is DP output, readable in full).
+    A private set's exemplars never come back: 403."""
+
+    def _get():
+        with rt.db.session() as s:
+            ds = repo.get_dataset(s, dataset_id, tenant)
+            if ds is None:
+                return None
+            if (ds.visibility or "private") != "public":
+                return "private"
+            rows = repo.load_exemplars(s, dataset_id)
+            return {"object": "list", "dataset_id": dataset_id, "visibility": "public", "total": len(rows),
+                    "limit": limit, "offset": offset, "provenance": ds.provenance,
+                    "data": [{"input": a, "output": b} for a, b in rows[offset:offset + limit]]}
+
+    obj = await run_in_threadpool(_get)
+    if obj is None:
+        raise _not_found(dataset_id)
+    if obj == "private":
+        raise APIError(403, f"dataset {dataset_id!r} is private: its exemplars are write-only", param="dataset_id",
+                       code="dataset_private")
+    return obj
 
 
 def _not_found(dataset_id: str) -> APIError:

@@ -2,4 +2,4 @@
 of the registry and registers its kinds with ``app.jobs.registry.register``. A module that fails to
 import is an error (it would otherwise silently remove a kind)."""
 
-KIND_MODULES = ("canary_mia", "epsilon", "iclinf", "sleep")
+KIND_MODULES = ("canary_mia", "epsilon", "iclinf", "sleep", "synthesize")

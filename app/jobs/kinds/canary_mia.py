@@ -103,9 +103,11 @@ class CanaryMIAConfig(JSONBody):
     target: TargetConfig = Field(default_factory=TargetConfig)
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     canary: CanaryConfig = Field(default_factory=CanaryConfig)
-    task: Literal["classification", "generation"] = Field(
+    task: Literal["classification", "generation", "synthesize"] = Field(
         default="classification", description="generation: esa/ksa/clip_softmax/poe/zero_shot/full_context targets, "
-        "answers decided by signal texts (tight-auditing 3.4) or the repeat attack")
+        "answers decided by signal texts (tight-auditing 3.4) or the repeat attack; synthesize: the DP synthesizer "
+        "(target.params: epsilon, delta, shots_per_label, max_tokens, partitions, shots_per_partition, "
+        "public_top_k, adjacency); the attack reads the synthetic set (app.audit.synthesis)")
     query: str | dict[str, Any] | None = Field(default=None, description="default: inquiry (classification), "
                                                "signal_text (generation)")
     signals: list[str] | None = Field(default=None, min_length=2, max_length=2,
@@ -129,8 +131,12 @@ class CanaryMIAConfig(JSONBody):
     @model_validator(mode="after")
     def _default_mechanism(self) -> CanaryMIAConfig:
         if self.target.mechanism is None:
-            self.target.mechanism = "esa" if self.task == "generation" else "rnm"
+            self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
         return self
+
+
+SYNTH_PARAMS = {"epsilon", "delta", "shots_per_label", "max_tokens", "partitions", "shots_per_partition",
+                "public_top_k", "adjacency"}
 
 
 def _dataset(c: DatasetConfig):
@@ -226,6 +232,9 @@ class CanaryMIAKind(JobKind):
                 raise JobConfigError(str(exc), param="config.target.url") from None
         if config.task == "generation":
             self._check_generation(config)
+            return
+        if config.task == "synthesize":
+            self._check_synthesize(config)
             return
         if config.statistic == "reference_vector":
             raise JobConfigError("reference_vector needs a noisy mean embedding: task generation",
@@ -364,6 +373,8 @@ class CanaryMIAKind(JobKind):
 
         if config.task == "generation":
             return self._run_generation(ctx, config)
+        if config.task == "synthesize":
+            return self._run_synthesize(ctx, config)
         rng = np.random.default_rng(config.seed)
         ctx.progress(0.01, "preparing the canary and the context")
         all_ex, labels, heldout, template = _dataset(config.dataset)
@@ -478,6 +489,93 @@ class CanaryMIAKind(JobKind):
             out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,
                               "refusals": target.refusals}
         return self._finish(ctx, out)
+
+    # -- the synthesizer ----------------------------------------------------------------------------
+
+    def _check_synthesize(self, config: CanaryMIAConfig) -> None:
+        t = config.target
+        if t.type != "mechanism" or t.mechanism != "synthesize":
+            raise JobConfigError("task synthesize audits the in-process synthesizer: target type mechanism, "
+                                 "mechanism synthesize", param="config.target.mechanism")
+        if t.bug is not None or t.defence not in ("none", "L0"):
+            raise JobConfigError("bugs and defences are not implemented for the synthesizer", param="config.target.bug")
+        if config.mode != "direct" or config.trials == "auto":
+            raise JobConfigError("the synthesizer audit runs direct trials: give a number of trials",
+                                 param="config.trials")
+        if int(config.trials) < 4:
+            raise JobConfigError("at least 4 trials (threshold selection and evaluation halves)", param="config.trials")
+        unknown = set(t.params) - SYNTH_PARAMS
+        if unknown:
+            raise JobConfigError(f"unknown parameter; known: {', '.join(sorted(SYNTH_PARAMS))}",
+                                 param=f"config.target.params.{sorted(unknown)[0]}")
+        if config.canary.type == "heldout":
+            raise JobConfigError("use a hex, unigram or false_fact canary (a made-up record the model cannot know)",
+                                 param="config.canary.type")
+        self._synth_plan(config, *_dataset(config.dataset)[:2])
+
+    @staticmethod
+    def _synth_plan(config: CanaryMIAConfig, exemplars, labels):
+        from collections import Counter
+
+        from app.mechanisms import synthesize as syn
+        from app.mechanisms.errors import MechanismParamError
+
+        p = dict(config.target.params)
+        counts = Counter(y for _, y in exemplars[:config.dataset.size])
+        labs = [y for y in labels if counts.get(y)]
+        try:
+            return syn.plan(epsilon=p.get("epsilon", 8.0), delta=p.get("delta", 1e-5), labels=labs,
+                            label_counts=counts, shots_per_label=p.get("shots_per_label", 1),
+                            max_tokens=p.get("max_tokens", 8), partitions=p.get("partitions"),
+                            shots_per_partition=p.get("shots_per_partition"),
+                            public_top_k=p.get("public_top_k", syn.DEFAULT_PUBLIC_TOP_K),
+                            adjacency=p.get("adjacency", "replace-one"))
+        except MechanismParamError as exc:
+            raise JobConfigError(exc.message, param=f"config.target.params.{exc.param}") from None
+
+    def _run_synthesize(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
+        from app.audit import make_canary
+        from app.audit.canaries import Canary
+        from app.audit.synthesis import run_synthesis_audit
+        from app.mechanisms import synthesize as syn
+
+        rng = np.random.default_rng(config.seed)
+        ctx.progress(0.01, "preparing the canary and the context")
+        all_ex, labels, heldout, template = _dataset(config.dataset)
+        exemplars = _pick(rng, all_ex, config.dataset.size)
+        lm = _served(ctx, config.target.model, "lm", "config.target.model")
+        cfg = self._synth_plan(config, exemplars, labels)
+        c = config.canary
+        label = c.label or _rarest_label(list(cfg.labels), exemplars)
+        try:
+            canary = Canary(c.type, c.text, label) if c.text is not None else make_canary(
+                c.type, rng, label=label, dataset_texts=[a for a, _ in all_ex], heldout=heldout, tokenizer=lm)
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.canary") from None
+        cost = syn.cost(cfg)
+        prefix = str(template.get("input_prefix") or "Text:")
+
+        def once(context, g):
+            return syn.synthesize(lm, context, cfg, input_prefix=prefix, rng=g, on_step=ctx.checkpoint).examples
+
+        delta = float(config.delta if config.delta is not None else cfg.delta)
+        try:
+            res = run_synthesis_audit(once, exemplars, canary.text, canary.label, trials=int(config.trials), rng=rng,
+                                      epsilon_claimed=float(cost["epsilon"]), delta=delta,
+                                      confidence=config.confidence, threshold_fraction=config.threshold_fraction,
+                                      progress=lambda f, m: ctx.progress(0.02 + 0.93 * f, m))
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.trials") from None
+        ctx.progress(0.96, "writing artifacts")
+        ctx.add_artifact("trials.csv", "text/csv", _rows_csv(res.trials))
+        out = {"task": "synthesize", "target": "synthesize", "epsilon": res.epsilon,
+               "epsilon_claimed": res.epsilon_claimed, "epsilon_theory": res.epsilon_claimed, "delta": delta,
+               "confidence": config.confidence, "threshold": res.threshold, "estimates": res.estimates,
+               "summary": res.summary, "canary": canary.to_dict(), "synthesizer": cfg.to_dict(),
+               "trials_total": len(res.trials), "trials": res.trials[:200], "exemplar_count": len(exemplars),
+               "power": None}
+        ctx.progress(1.0, "done")
+        return out
 
     # -- shared -----------------------------------------------------------------------------------
 
