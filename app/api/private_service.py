@@ -409,16 +409,6 @@ async def dataset_task(rt: Runtime, principal: Principal, dataset_id: str) -> st
     return task
 
 
-def generation_entry():
-    """The generation entry point (``app.api.routes.private_generate.generate``)."""
-    try:
-        from app.api.routes.private_generate import generate
-    except ModuleNotFoundError:
-        raise APIError(422, "private generation is not available on this server", param="dataset_id",
-                       code="unsupported") from None
-    return generate
-
-
 # The accountant's native form of a cost: RDP curves (~100 orders each). The ledger composes
 # them; an answer carries them only with ``?include=accounting``.
 ACCOUNTING_KEYS = ("orders", "rdp")

@@ -42,3 +42,20 @@ def test_service_layers_do_not_import_the_http_layer(package):
             if mod == "app.api" or mod.startswith("app.api."):
                 bad.append(f"{f.relative_to(ROOT.parent)} imports {mod}")
     assert not bad, bad
+
+
+def test_services_do_not_import_routes():
+    """Routes import services, never the reverse (the old private_service <-> routes.private_generate
+    cycle hid behind a lazy import): no module of app/api outside routes/ imports app.api.routes, except
+    the two that assemble the app from its routes (main.py, and openapi.py which documents their bodies)."""
+    bad = [f"{f.relative_to(ROOT.parent)} imports {mod}"
+           for f in (ROOT / "api").glob("*.py") if f.name not in ("main.py", "openapi.py") for mod in _imports(f)
+           if mod == "app.api.routes" or mod.startswith("app.api.routes.")]
+    assert not bad, bad
+
+
+def test_decode_does_not_import_a_backend():
+    """llm/decode is the backend-neutral decoding loop: it imports neither hf nor remote (the old
+    llm/decode <-> llm/hf cycle)."""
+    mods = list(_imports(ROOT / "llm" / "decode.py"))
+    assert not [m for m in mods if m.startswith(("app.llm.hf", "app.llm.remote"))], mods

@@ -181,7 +181,7 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
 
         return cost_at
 
-    from app.api.routes.private_generate import _mech_error, generation_cost, is_charged_generation
+    from app.api.private_generation import _mech_error, generation_cost, is_charged_generation
     from app.mechanisms.generation import get_generation_mechanism
 
     try:

@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from app.jsonbody import JSONBody
 
-from app.api import private_service
+from app.api import private_generation, private_service
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
@@ -136,12 +136,11 @@ async def chat_completions(
 
     task = await private_service.dataset_task(rt, principal, body.dataset_id)
     if task == "generation":
-        generate = private_service.generation_entry()
-        ans = await generate(rt, principal, dataset_id=body.dataset_id, query=query,
-                             mechanism=body.mechanism or "esa", params=params, model=model_name,
-                             max_tokens=body.max_completion_tokens or body.max_tokens,
-                             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-                             reuse=body.reuse)
+        ans = await private_generation.generate(
+            rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
+            params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
+            return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+            reuse=body.reuse)
         content = ans.body.get("text", "")
     else:
         ans = await private_service.classify(

@@ -1,0 +1,209 @@
+"""Private generation as a service: validate, cost before any model work, precheck, run, charge,
+release (the flow of ``app.api.private_service.classify``). ``generate`` is the one entry point of
+``POST /v1/private/generate`` and of the OpenAI-compatible route for generation datasets; routes
+import it, it imports no route (the old private_service <-> routes.private_generate cycle).
+
+Exemplar text never appears in a response, error or log: internals hold exemplar indices and
+numbers, and the candidates of ESA are zero-shot. ``full_context`` (every exemplar in the prompt, no
+guarantee) is served only when ``DPICL_ALLOW_NONPRIVATE_BASELINES`` is set; ``zero_shot`` reads no
+exemplar and is never charged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+
+from app.api.auth import Principal
+from app.api.errors import APIError
+from app.api.private_service import (
+    PrivateAnswer,
+    charge_and_release,
+    noise_rng,
+    replay_or_precheck,
+    reuse_key_of,
+    run_for_tenant,
+    visible,
+)
+from app.runtime import Runtime
+from app.store import budget_repo, datasets_repo
+
+log = logging.getLogger("dpicl.private.generate")
+
+DEFAULT_DELTA = 1e-6  # per answer; ESA/clip-softmax/PoE also carry RDP curves the ledger composes
+MAX_TOKENS_LIMIT = 512
+
+
+
+def _mech_error(exc: Exception) -> APIError:
+    return APIError(422, str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
+                    code="invalid_mechanism_params")
+
+
+
+
+
+def is_charged_generation(mech) -> bool:
+    """Whether a generation answer of ``mech`` is charged (``zero_shot`` reads no exemplar; the forecast asks the same)."""
+    return mech.name != "zero_shot"
+
+
+def generation_cost(rt: Runtime, mech, exemplars, query: str, *, epsilon, delta, adjacency, account_adjacency,
+                    max_tokens, template, params) -> tuple[Any, dict[str, Any]]:
+    """(request, privacy cost) of one generation answer, before any model work: the one path shared by
+    ``generate`` and the budget forecast. The charge is this cost (data-independent: max_tokens steps)."""
+    from app.mechanisms.errors import MechanismParamError
+    from app.mechanisms.generation import GenerationRequest
+
+    if account_adjacency is not None:
+        if adjacency is None:
+            adjacency = account_adjacency
+        elif mech.is_private and str(adjacency).strip().lower().replace("_", "-") != account_adjacency:
+            raise APIError(422, f"this dataset's budget is accounted under {account_adjacency!r} adjacency",
+                           param="adjacency", code="adjacency_mismatch")
+    if mech.is_private and epsilon is None:
+        epsilon = 1.0
+    try:
+        req = GenerationRequest.build(
+            exemplars if mech.reads_exemplars else [], query,
+            epsilon=epsilon, delta=DEFAULT_DELTA if delta is None else delta,
+            adjacency=adjacency or rt.settings.default_adjacency, max_tokens=max_tokens or 32,
+            template=template, params=params,
+        )
+        cost = mech.cost(req)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mech_error(exc) from None
+    return req, cost
+
+
+async def generate(
+    rt: Runtime,
+    principal: Principal,
+    *,
+    dataset_id: str,
+    query: str,
+    mechanism: str,
+    params: dict[str, Any],
+    model: str | None,
+    max_tokens: int | None,
+    return_internals: bool,
+    seed: int | None,
+    idempotency_key: str | None,
+    embedder: str | None = None,
+    reuse: bool = True,
+) -> PrivateAnswer:
+    """One private generation, charged before release. ``params`` may carry ``epsilon``, ``delta``
+    and ``adjacency`` beside the mechanism's own parameters (the OpenAI-compatible route passes
+    them so)."""
+    from app.budget.ledger import Ledger
+    from app.mechanisms.errors import MechanismParamError
+    from app.mechanisms.generation import get_generation_mechanism
+
+    if return_internals and not principal.has("internals"):
+        raise APIError(403, "return_internals needs an API key with the 'internals' scope",
+                       param="return_internals", code="insufficient_scope")
+    try:
+        mech = get_generation_mechanism(mechanism)
+    except MechanismParamError as exc:
+        raise _mech_error(exc) from None
+    if mech.name == "full_context" and not rt.settings.allow_nonprivate_baselines:
+        raise APIError(422, "mechanism 'full_context' puts the exemplars in the prompt without any privacy "
+                       "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
+                       param="mechanism", code="not_private")
+    try:
+        lm = rt.get_model(model, "lm")
+    except KeyError:
+        raise APIError(404, f"model {model!r} is not served here", param="model", code="model_not_found") from None
+    emb = None
+    if mech.needs_embedder:
+        try:
+            emb = rt.get_model(embedder, "embedder")
+        except KeyError:
+            raise APIError(404, f"embedder {embedder!r} is not served here", param="embedder",
+                           code="model_not_found") from None
+    if mech.needs_decode_session and not hasattr(lm, "start_decode"):
+        raise APIError(422, f"mechanism {mech.name!r} needs full-vocabulary logits step by step; model "
+                       f"{lm.name!r} cannot give them", param="model", code="capability_missing")
+    params = {k: v for k, v in dict(params or {}).items() if v is not None}
+    epsilon = params.pop("epsilon", None)
+    delta = params.pop("delta", None)
+    adjacency = params.pop("adjacency", None)
+    if not mech.is_private and (epsilon is not None or delta is not None):
+        raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
+                       param="epsilon", code="not_private")
+
+    def _load():
+        with rt.db.session() as s:
+            ds = datasets_repo.get_dataset(s, dataset_id, principal.tenant_id)
+            if ds is None:
+                return None
+            acc = budget_repo.get_account(s, dataset_id, principal.tenant_id)
+            exemplars = datasets_repo.load_exemplars(s, dataset_id) if mech.reads_exemplars else []
+            return ds.task, dict(ds.template or {}), exemplars, ds.exemplar_count, acc, bool(ds.answer_reuse)
+
+    loaded = await run_in_threadpool(_load)
+    if loaded is None:
+        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+    task, template, exemplars, n_exemplars, acc, dataset_reuse = loaded
+    if task != "generation":
+        raise APIError(422, f"dataset {dataset_id!r} is a {task} set; use /v1/private/classify",
+                       param="dataset_id", code="wrong_task")
+    req, cost = generation_cost(rt, mech, exemplars, query, epsilon=epsilon, delta=delta, adjacency=adjacency,
+                                account_adjacency=acc.adjacency if acc is not None else None,
+                                max_tokens=max_tokens, template=template, params=params)
+
+    charges = is_charged_generation(mech)
+    ledger = Ledger(rt.db)
+    request_params = {
+        "query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
+        "epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency, "max_tokens": req.max_tokens,
+        **json.loads(json.dumps(dict(req.params), default=str)), "model": lm.name,
+    }
+    # Seeded noise (tests, audits) is never reused, nor reuses another answer.
+    rkey = reuse_key_of("generate", mech.name, query, request_params, template=template,
+                        embedder=emb.name if emb is not None else None) if seed is None else None
+    may_reuse = rkey is not None and dataset_reuse and reuse
+    if charges:
+        early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
+                                         params=request_params, idempotency_key=idempotency_key,
+                                         return_internals=return_internals, reuse_key=rkey if may_reuse else None)
+        if early is not None:
+            return early
+
+    rng = noise_rng(rt, seed)
+
+    t0 = time.perf_counter()
+    try:
+        # The one call a ledger wraps: everything model-side happens here, in a worker thread.
+        result = await run_for_tenant(principal, mech.run, req, lm, emb, rng,
+                                      lm=lm, deadline_s=rt.settings.request_deadline_seconds)
+    except (MechanismParamError, ValueError) as exc:
+        raise _mech_error(exc) from None
+    full = result.to_dict(include_internals=True)
+    body = {
+        "object": "private.generation",
+        "dataset_id": dataset_id,
+        "model": lm.name,
+        "text": result.text,
+        "mechanism": result.mechanism,
+        "finish_reason": result.finish_reason,
+        "usage": {"completion_tokens": result.tokens},
+        "privacy": full["privacy"],
+        "internals": full["internals"],  # stored with the charge for white-box audits; stripped unless asked
+        "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+        "reused": False,
+    }
+    if not charges:
+        body["budget"] = None
+        spent = acc.epsilon_spent if acc is not None else 0.0
+        left = max(0.0, acc.epsilon_budget - acc.epsilon_spent) if acc is not None else 0.0
+        return PrivateAnswer(visible(body, return_internals), spent, left)
+    return await charge_and_release(
+        ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
+        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
+        reuse_key=rkey, reuse=may_reuse)
