@@ -40,6 +40,9 @@ class JobKind:
     config_model: ClassVar[type[BaseModel]]
     description: ClassVar[str] = ""
     test_only: ClassVar[bool] = False
+    # A kind that charges a dataset's privacy budget (synthesize): submitting it needs the scope that
+    # may spend budget (infer or admin), not only `audit`.
+    spends_budget: ClassVar[bool] = False
 
     def check(self, config: BaseModel, settings: Settings) -> None:
         """Checks beyond the schema, before anything is queued; raise JobConfigError(param=...)."""

@@ -329,7 +329,7 @@ async def new_audit(request: Request):
     try:
         model = AuditCreate.model_validate(body)
         nonce = form.get("nonce", "")[:100]
-        sub = await submit_audit(request, model, page.principal.tenant_id,
+        sub = await submit_audit(request, model, page.principal,
                                  f"ui-{nonce}" if nonce.replace("-", "").replace("_", "").isalnum() else None)
     except ValidationError as exc:
         err = validation_error(list(exc.errors()))

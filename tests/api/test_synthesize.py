@@ -267,3 +267,39 @@ def test_canary_mia_targets_the_synthesizer(server, database_url):
     bad = httpx.post(f"{server}/v1/audits", json={"kind": "canary_mia", "config": {
         **config, "target": {"params": {"partitions": 9}}}}, timeout=30)
     assert bad.status_code == 422 and bad.json()["error"]["param"] == "config.target.params.partitions", bad.text
+
+
+def test_only_a_key_that_may_spend_budget_submits_synthesize(tmp_path, lm):
+    """synthesize charges the parent's budget: an `audit`-only key gets 403 naming `kind` and no job,
+    no charge; an `infer` key of the same tenant is accepted."""
+    from app.api.auth import create_key
+    from app.api.main import create_app
+    from app.runtime import Runtime
+
+    settings = server_settings(f"sqlite:///{tmp_path / 'k.db'}", auth_mode="required", job_runner="none")
+    rt = Runtime.create(settings, models={lm.name: lm})
+    with rt.db.session() as s:
+        keys = {n: create_key(s, tenant_id="A", name=n, scopes=sc)[0]
+                for n, sc in [("admin", ["admin"]), ("audit", ["audit"]), ("infer", ["infer", "audit"])]}
+        s.commit()
+    srv = LiveServer(create_app(settings, runtime=rt), free_port())
+    srv.start()
+    try:
+        def h(n):
+            return {"Authorization": f"Bearer {keys[n]}"}
+        texts = {"lights": ["turn the lamp on", "dim the lights"], "music": ["play some jazz", "skip this song"]}
+        r = httpx.post(f"{srv.url}/v1/datasets", headers=h("admin"), timeout=30, json={
+            "name": "p", "labels": ["lights", "music"], "budget": {"epsilon": 10.0, "delta": 1e-5},
+            "exemplars": [{"input": t, "output": lab} for lab, ts in texts.items() for t in ts]})
+        assert r.status_code == 201, r.text
+        job = {"kind": "synthesize", "config": {"dataset_id": r.json()["id"], "epsilon": 4.0, "delta": 1e-5,
+                                                "shots_per_label": 1, "max_tokens": 4}}
+        denied = httpx.post(f"{srv.url}/v1/audits", headers=h("audit"), json=job, timeout=30)
+        assert denied.status_code == 403, denied.text
+        assert denied.json()["error"]["param"] == "kind"
+        assert httpx.get(f"{srv.url}/v1/audits", headers=h("audit")).json()["data"] == []
+        ok = httpx.post(f"{srv.url}/v1/audits", headers=h("infer"), json=job, timeout=30)
+        assert ok.status_code == 202, ok.text
+    finally:
+        srv.stop()
+        rt.close()

@@ -95,9 +95,15 @@ def _job_headers(resource: dict[str, Any]) -> dict[str, str]:
     return headers
 
 
-async def submit_audit(request: Request, body: AuditCreate, tenant_id: str, idempotency_key: str | None = None):
+async def submit_audit(request: Request, body: AuditCreate, principal: Principal,
+                       idempotency_key: str | None = None):
     """Validate and enqueue one audit job; bad input raises the API's 422 naming the field
     (shared by POST /v1/audits and the /ui form, which shows the message next to that field)."""
+    tenant_id = principal.tenant_id
+    kind = registry.get_kind(body.kind, _runtime(request).settings)
+    if kind is not None and kind.spends_budget and not (principal.has("infer") or principal.has("admin")):
+        raise APIError(403, f"kind {body.kind!r} spends a dataset's privacy budget: it needs a key with the "
+                       "infer or admin scope", param="kind", code="insufficient_scope")
     webhook_url = str(body.webhook_url) if body.webhook_url is not None else None
     runner = service.get_runner(request.app)
     try:
@@ -145,7 +151,7 @@ async def create_audit(
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")
     ] = None,
 ):
-    sub = await submit_audit(request, body, who.tenant_id, idempotency_key)
+    sub = await submit_audit(request, body, who, idempotency_key)
     headers = _job_headers(sub.resource)
     if not sub.created:
         headers["Idempotent-Replayed"] = "true"

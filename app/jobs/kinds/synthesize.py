@@ -100,6 +100,7 @@ def _load_parent(runtime, tenant_id: str, config: SynthesizeConfig):
 @register
 class SynthesizeKind(JobKind):
     name = "synthesize"
+    spends_budget = True
     config_model = SynthesizeConfig
     description = (
         "DP synthetic few-shot demonstrations (Tang et al. ICLR 2024, Alg. 1) from a private classification "
