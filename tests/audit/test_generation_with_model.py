@@ -92,7 +92,7 @@ def test_remote_gateway_generation_equals_in_process(live_server, lm, embedder, 
 
     class SeededLocal(GenerationMechanismTarget):
         def observe(self, context, attack, rng):
-            return super().observe(context, attack, np.random.default_rng(int(rng.integers(0, 2**62))))
+            return super().observe(context, attack, np.random.default_rng(int(rng.integers(0, 2**53))))
 
     local = SeededLocal(lm, embedder, "esa", ESA, TEMPLATE, max_tokens=12)
     lr = run_campaign(local, exemplars, _canary(), "signal_text", task_labels=[], template=TEMPLATE, config=cfg,

@@ -115,7 +115,7 @@ def test_remote_gateway_equals_in_process_with_the_same_seeds(live_server, lm, t
         """In-process, with the generator the gateway builds from the seed the remote target sent."""
 
         def observe(self, context, attack, rng):
-            return super().observe(context, attack, np.random.default_rng(int(rng.integers(0, 2**62))))
+            return super().observe(context, attack, np.random.default_rng(int(rng.integers(0, 2**53))))
 
     local = SeededLocal(lm, "rnm", PARAMS, TEMPLATE)
     lr = run_campaign(local, exemplars, _canary(), "input_output", task_labels=labels, template=TEMPLATE,
