@@ -175,6 +175,7 @@ MECH_PARAMS = {
     "ksa": {"partitions": 20, "shots_per_partition": 4},
     "clip_softmax": {"prompts": 32, "shots_per_prompt": 1},
     "poe": {"experts": 32},
+    "mozo": {"experts": 32},
 }
 
 
