@@ -55,20 +55,22 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--model", default="", help="bundled model key, e.g. gemma3-270m (default: the bundled SmolLM2)")
     a = ap.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(a.threads)
     from app.icl import load_bundled
-    from app.llm import bundled_specs, load_model
+    from app.llm import ModelSpec, bundled_specs, load_model
     from app.mechanisms import get_mechanism
     from app.mechanisms import synthesize as syn
     from app.privacy.calibration import calibrate_gaussian
     from app.privacy.gaussian import gaussian_epsilon
     from tests.conftest import model_cache_dir
 
-    spec = next(s for s in bundled_specs() if s.kind == "lm")
+    spec = (ModelSpec(a.model, "lm", f"bundled:{a.model}") if a.model
+            else next(s for s in bundled_specs() if s.kind == "lm"))
     lm = load_model(spec, cache_dir=model_cache_dir(), device="cpu", dtype="float32")
     ds = load_bundled()
     train, test = ds.exemplars("train"), ds.exemplars("test")

@@ -96,10 +96,12 @@ def model(trials: int, n_llm: int, only: set[str] | None = None) -> list[dict]:
     c = make_canary("false_fact", np.random.default_rng(0), label="-")
     canary = type(c)(c.kind, c.text, c.text)
     esa = {"epsilon": 4.0, "delta": 1e-5, "partitions": 2, "shots_per_partition": 1, "candidates": 4}
+    mozo = {"epsilon": 4.0, "delta": 1e-5, "experts": 2}  # issue 18: each exemplar a one-shot expert
     out = []
     runs = [("full_context", {}, "signal_text", "margin"), ("full_context", {}, "reference", "margin"),
             ("full_context", {}, "repeat", "margin"), ("zero_shot", {}, "signal_text", "margin"),
-            ("esa", esa, "signal_text", "margin"), ("esa", esa, "signal_text_white_box", "reference_vector")]
+            ("esa", esa, "signal_text", "margin"), ("esa", esa, "signal_text_white_box", "reference_vector"),
+            ("mozo", mozo, "signal_text", "margin"), ("mozo", mozo, "repeat", "margin")]
     for mech, params, query, stat in runs:
         if only and f"{mech}:{query}" not in only:
             continue

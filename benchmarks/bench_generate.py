@@ -55,12 +55,13 @@ def load_task() -> tuple[list[tuple[str, str]], list[dict]]:
     return train, test
 
 
-def load_models(need_embedder: bool):
-    from app.llm import bundled_specs, load_model
+def load_models(need_embedder: bool, model: str = ""):
+    from app.llm import ModelSpec, bundled_specs, load_model
 
     cache = Path(os.environ.get("DPICL_MODEL_CACHE_DIR", Path.home() / ".cache" / "dpicl" / "models"))
     specs = bundled_specs()
-    lm = load_model(next(s for s in specs if s.kind == "lm"), cache_dir=cache, device=os.environ.get("DPICL_DEVICE", "auto"),
+    spec = ModelSpec(model, "lm", f"bundled:{model}") if model else next(s for s in specs if s.kind == "lm")
+    lm = load_model(spec, cache_dir=cache, device=os.environ.get("DPICL_DEVICE", "auto"),
                     dtype="float32")
     emb = load_model(next(s for s in specs if s.kind == "embedder"), cache_dir=cache, device="cpu",
                      dtype="float32") if need_embedder else None
@@ -175,11 +176,12 @@ MECH_PARAMS = {
     "ksa": {"partitions": 20, "shots_per_partition": 4},
     "clip_softmax": {"prompts": 32, "shots_per_prompt": 1},
     "poe": {"experts": 32},
+    "mozo": {"experts": 32},
 }
 
 
 def bench_rouge(args) -> dict:
-    lm0, emb = load_models(True)
+    lm0, emb = load_models(any(m == "esa" for m in args.mechanisms.split(",")), args.model)
     lm = MemoLM(lm0)
     train, test = load_task()
     items = test[: args.items]
@@ -240,6 +242,7 @@ def main() -> None:
     r.add_argument("--public-top-k", default="", help="comma list of public_top_k values for clip_softmax/poe (0 = off)")
     r.add_argument("--no-baselines", action="store_true", help="skip zero_shot and full_context")
     r.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
+    r.add_argument("--model", default="", help="bundled model key, e.g. gemma3-270m (default: the bundled SmolLM2)")
     for p in (k, r):
         p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     args = ap.parse_args()

@@ -6,7 +6,7 @@
     res = get_generation_mechanism("esa").run(req, lm, embedder, rng)
     res.text, res.privacy["epsilon"], res.internals["noisy_mean"]
 
-Private: ``esa``, ``ksa``, ``clip_softmax``, ``poe``. Baselines: ``zero_shot``
+Private: ``esa``, ``ksa``, ``clip_softmax``, ``poe``, ``mozo``. Baselines: ``zero_shot``
 (no exemplar is read: epsilon 0) and ``full_context`` (every exemplar in one
 prompt: no guarantee; never served over the private API).
 """
@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from app.mechanisms import clip_softmax, esa, ksa, poe_decode
+from app.mechanisms import clip_softmax, esa, ksa, mozo, poe_decode
 from app.mechanisms.errors import MechanismParamError, UnknownMechanismError
 from app.mechanisms.gen_common import (
     GenerationRequest,
@@ -148,6 +148,9 @@ GENERATION_MECHANISMS: dict[str, GenerationMechanism] = {
         GenerationMechanism("poe", True, False, True, True, poe_decode.PARAMS, poe_decode.run, poe_decode.configure,
                             poe_decode.privacy,
                             "Private PoEtry decoding: product of experts + exponential mechanism per token"),
+        GenerationMechanism("mozo", True, False, True, True, mozo.PARAMS, mozo.run, mozo.configure, mozo.privacy,
+                            "DPS-MOZO: product of one-shot outputs mixed with the zero-shot output, sampled "
+                            "(Flemings et al. 2025; PMixED mixing)"),
         GenerationMechanism("zero_shot", False, False, False, False, BASELINE_PARAMS, run_zero_shot, None, None,
                             "no exemplars (epsilon 0)"),
         GenerationMechanism("full_context", False, False, False, True, BASELINE_PARAMS, run_full_context, None, None,
@@ -158,7 +161,7 @@ GENERATION_MECHANISMS: dict[str, GenerationMechanism] = {
 _ALIASES = {
     "clip-softmax": "clip_softmax", "clipsoftmax": "clip_softmax", "poe-decode": "poe", "poe_decode": "poe",
     "poetry": "poe", "zero-shot": "zero_shot", "zeroshot": "zero_shot", "full-context": "full_context",
-    "fullcontext": "full_context",
+    "fullcontext": "full_context", "dps-mozo": "mozo", "dps_mozo": "mozo",
 }
 
 

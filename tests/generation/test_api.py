@@ -77,6 +77,9 @@ def test_zero_shot_is_not_charged(live_server):
     (dict(mechanism="clip_softmax", params={"public_top_k": -5}), 422, "params.public_top_k"),
     (dict(mechanism="poe", params={"public_top_k": 2.5}), 422, "params.public_top_k"),
     (dict(mechanism="ksa", params={"epsilon": 1.0}), 422, "params.epsilon"),
+    (dict(mechanism="mozo", params={"uniform_mix": 2}), 422, "params.uniform_mix"),
+    (dict(mechanism="mozo", params={"lambda_max": 0}), 422, "params.lambda_max"),
+    (dict(mechanism="mozo", params={"epsilon_per_token": 5.0}), 422, "params.epsilon_per_token"),
     (dict(mechanism="full_context"), 422, "mechanism"),
     (dict(mechanism="zero_shot", epsilon=1.0), 422, "epsilon"),
     (dict(mechanism="esa", max_tokens=0), 422, "max_tokens"),
@@ -109,4 +112,37 @@ def test_mechanism_listing(live_server):
     r = httpx.get(f"{live_server}/v1/private/generate/mechanisms")
     assert r.status_code == 200
     names = {m["name"] for m in r.json()["data"]}
-    assert names == {"esa", "ksa", "clip_softmax", "poe", "zero_shot", "full_context"}
+    assert names == {"esa", "ksa", "clip_softmax", "poe", "mozo", "zero_shot", "full_context"}
+    mozo = next(m for m in r.json()["data"] if m["name"] == "mozo")
+    assert "uniform_mix" in mozo["params"] and "lambda_max" in mozo["params"]
+
+
+def test_mozo_over_the_private_endpoint_and_the_chat_endpoint_share_the_ledger(live_server):
+    ds = _dataset(live_server)
+    r = _post(live_server, dataset_id=ds, query="Cy meets Di on Friday.", mechanism="mozo", epsilon=2.0,
+              max_tokens=1, params={"experts": 2}, return_internals=True)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    p = b["privacy"]
+    assert b["mechanism"] == "mozo" and p["is_private"] and 0 < p["epsilon"] <= 2.0
+    assert p["params"]["bound"].startswith("worst case")
+    assert b["budget"]["epsilon_spent"] == pytest.approx(p["epsilon"], rel=1e-6)
+    step = b["internals"]["steps"][0]
+    assert 0.0 <= step["lambda"] < 1.0 and step["candidates"] >= 2
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="unused-in-open-mode", timeout=600)
+    resp = client.chat.completions.create(
+        model="smollm2-135m-instruct", max_tokens=1,
+        messages=[{"role": "user", "content": "Cy meets Di on Friday."}],
+        extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0, "dp_params": {"experts": 2}},
+    )
+    dp = resp.model_extra["dp"]
+    assert dp["mechanism"] == "mozo" and 0 < dp["privacy"]["epsilon"] <= 1.0
+    spent = httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()
+    assert spent["charges"] == 2
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
+                                                   "dp_params": {"uniform_mix": -1}})
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 2

@@ -226,7 +226,7 @@ def test_poe_decoding_composition_beats_naive_summation():
 
 
 def test_registry_and_errors_name_the_field():
-    assert set(GENERATION_MECHANISMS) == {"esa", "ksa", "clip_softmax", "poe", "zero_shot", "full_context"}
+    assert set(GENERATION_MECHANISMS) == {"esa", "ksa", "clip_softmax", "poe", "mozo", "zero_shot", "full_context"}
     assert get_generation_mechanism("clip-softmax").name == "clip_softmax"
     with pytest.raises(UnknownMechanismError) as e:
         get_generation_mechanism("nope")

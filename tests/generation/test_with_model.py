@@ -53,6 +53,7 @@ def test_incremental_decoding_matches_reencoding(lm):
     ("ksa", {"partitions": 2, "shots_per_partition": 1}),
     ("clip_softmax", {"prompts": 2}),
     ("poe", {"experts": 2}),
+    ("mozo", {"experts": 2}),
     ("full_context", {"shots": 2}),
 ])
 def test_mechanisms_end_to_end(lm, embedder, mechanism, params):

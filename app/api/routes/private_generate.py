@@ -31,7 +31,7 @@ class GenerateRequest(JSONBody):
                               description="the input to answer (or give `instruction`)")
     instruction: str | None = Field(default=None, min_length=1, max_length=20_000,
                                     description="a generation instruction, used as the query")
-    mechanism: str = Field(default="esa", description="esa | ksa | clip_softmax | poe | zero_shot | full_context")
+    mechanism: str = Field(default="esa", description="esa | ksa | clip_softmax | poe | mozo | zero_shot | full_context")
     epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
     adjacency: str | None = None

@@ -1,0 +1,306 @@
+"""``mozo``: sampling a product of one-shot outputs mixed with the zero-shot output.
+
+DPS-MOZO (Flemings, Gan, Li, Razaviyayn & Annavaram 2025, "Differentially Private
+In-context Learning via Sampling Few-shot Mixed with Zero-shot Outputs", arXiv
+2501.19287): each step, every one-shot next-token distribution p_i (one exemplar +
+the query) is mixed with the zero-shot distribution p_0 (the query alone, public),
+p~_i = lam p_i + (1 - lam) p_0, the token is sampled from the normalised product of
+the p~_i, and the privacy comes from that sampling, without added noise. The mixing is
+PMixED's (Flemings, Razaviyayn & Annavaram 2024, NAACL, "Differentially Private
+Next-Token Prediction of Large Language Models", Sec. 3: an output distribution pulled
+towards a public one bounds what one private distribution can change).
+
+What we run per step t (all of it over C_t, the public candidate set):
+
+    C_t   = top-k of p_0(. | template, query, y_<t)  union  {EOS}   (``public_top_k``)
+    b     = (1 - mu) p_0|C_t + mu / |C_t|          (the public base; mu = ``uniform_mix``)
+    p~_i  = lam_t p_i|C_t + (1 - lam_t) b          (mixing, DPS-MOZO / PMixED)
+    q(y) prop. to  prod_i p~_i(y)^w,  w = 1 / (E tau)    (product of the mixed one-shot outputs;
+                                                     tau = 1: their geometric mean)
+
+p_i|C and p_0|C are the distributions restricted to C_t and renormalised; E is the
+*configured* expert count (``experts``, default 32: a public constant, never the
+private n). When fewer than E experts can be built (n < E), the missing ones are
+zero-shot experts (p~ = b): the product always has E factors, so adding an exemplar
+swaps a public factor for a private one (without the padding an added factor b^w would
+move the log-ratio by w log b(y), which the bound below does not cover -- the random
+add-one worlds of tests/generation/test_mozo.py caught exactly that).
+
+The privacy bound is our own derivation, not the papers' theorem. We could read the
+two papers' abstracts and PMixED's public code, not DPS-MOZO's analysis; PMixED's code
+chooses lam per expert from the private p_i so that a Renyi divergence to p_0 stays
+under a target (an RD ball) and adds a data-dependent accounting path. Neither is used
+here. Ours (worst case over every p_i, data-independent):
+
+    u_i(y) = log p~_i(y) - log b(y)  lies in  [log(1 - lam), log(1 - lam + lam / b(y))]
+
+for ANY p_i (p_i(y) in [0, 1]). A neighbour changes one expert j (swap; an added
+exemplar turns a padded zero-shot expert into a private one, also a swap), so log q'(y) - log q(y) = w d(y) - log(Z'/Z)
+with d = u_j' - u_j, and the log-ratio's range over y is at most
+
+    eps_tok(lam) = w [ log(1 + lam / ((1 - lam) m_1)) + log(1 + lam / ((1 - lam) m_2)) ]
+
+(m_1 <= m_2 the two smallest base probabilities on C_t; attained by p_j = point mass on
+the m_2 token, p_j' = point mass on the m_1 token). That makes the step eps_tok-*bounded
+range* (Durfee & Rogers 2019), hence eps_tok-DP and eps_tok^2/8-zCDP (Cesar & Rogers
+2021): the same per-token curve as ``poe`` (``poe_decode.per_token_rdp``), composed over
+``max_tokens`` steps in the RDP accountant and converted at delta (or basic composition
+when smaller).
+
+Calibration: eps_tok comes from the budget before any model call (as ``poe``), and at
+every step lam_t is the largest lam with eps_tok(lam) <= eps_tok, solved in closed form
+from m_1, m_2 -- quantities of the PUBLIC base b (template, query, released tokens), so
+lam_t is a public function too and the charge (fixed before the first step) covers
+every step. ``lambda_max`` caps lam_t (a smaller lam only lowers eps_tok(lam)).
+
+Why ``uniform_mix`` (mu): EOS is always a candidate and p_0(EOS) is often ~1e-8 in
+mid-sentence, which would force lam_t ~ 0 (pure zero-shot) at every step. The uniform
+share puts every base probability >= mu / |C_t|. mu = 0 is the plain zero-shot mixing of
+the paper; the default mu = 1 mixes with the uniform law over the zero-shot candidates
+(the zero-shot output then enters through C_t only), which the probe preferred.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.special import log_softmax, logsumexp
+
+from app.mechanisms import sensitivity as sens
+from app.mechanisms.clip_softmax import gumbel_argmax, public_top_k_param
+from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.gen_common import (
+    GenerationRequest,
+    GenerationResult,
+    Params,
+    build_prompt,
+    clean_answer,
+    partition,
+    require_private,
+    resolve_units,
+    stop_strings,
+)
+from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
+from app.mechanisms.poe_decode import accountant, calibrate_per_token, total_epsilon
+from app.mechanisms.rng import resolve_rng
+from app.privacy.accountant import PrivacyCost
+
+NAME = "mozo"
+PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k")
+DEFAULT_EXPERTS = 32
+# Defaults from a probe on 3 held-out test dialogues (test[-3:], never in the reported eval),
+# 24 tokens: docs/generation.md, "mozo". tau = 1 (the plain geometric mean) sampled too flat
+# (ROUGE-L 0.22 at eps 8 with lam ~ 0.99); a sharper product needs a smaller lam for the same
+# eps_tok, which a small candidate set with a uniform base (m = 1/|C|) allows.
+DEFAULT_TEMPERATURE = 0.25
+DEFAULT_UNIFORM_MIX = 1.0
+DEFAULT_PUBLIC_TOP_K: int | None = 10
+
+
+# ---------------------------------------------------------------------------
+# The per-token bound and lam calibration (pure functions, tested against a direct computation)
+# ---------------------------------------------------------------------------
+
+
+def per_token_epsilon(lam: float, weight: float, m1: float, m2: float) -> float:
+    """Range bound of the step's log-ratio (module doc): w [log(1 + lam/((1-lam) m1)) + same with m2]."""
+    if lam <= 0.0:
+        return 0.0
+    if lam >= 1.0:
+        return math.inf
+    r = lam / (1.0 - lam)
+    return weight * (math.log1p(r / m1) + math.log1p(r / m2))
+
+
+def calibrate_lambda(epsilon_per_token: float, weight: float, m1: float, m2: float, lambda_max: float = 1.0) -> float:
+    """Largest lam in [0, lambda_max] with per_token_epsilon(lam) <= epsilon_per_token.
+
+    (1 + r/m1)(1 + r/m2) = A = exp(eps/w) is a quadratic in r = lam/(1-lam); its positive root,
+    written without cancellation: r = 2(A-1) / (s + sqrt(s^2 + 4(A-1)/(m1 m2))), s = 1/m1 + 1/m2."""
+    if not (m1 > 0.0 and m2 > 0.0):
+        return 0.0
+    a1 = math.expm1(epsilon_per_token / weight)
+    if math.isinf(a1):
+        return lambda_max if lambda_max < 1.0 else float(np.nextafter(1.0, 0.0))
+    s = 1.0 / m1 + 1.0 / m2
+    r = 2.0 * a1 / (s + math.sqrt(s * s + 4.0 * a1 / (m1 * m2)))
+    lam = min(r / (1.0 + r), lambda_max)
+    # Rounding must never put us above the budget: step down until the bound holds.
+    while lam > 0.0 and per_token_epsilon(lam, weight, m1, m2) > epsilon_per_token:
+        lam = float(np.nextafter(lam, 0.0)) * (1.0 - 1e-12)
+    return lam
+
+
+def base_distribution(public_logits: np.ndarray, candidates: np.ndarray, uniform_mix: float) -> np.ndarray:
+    """b = (1 - mu) p_0|C + mu / |C| over the candidate ids (public row only)."""
+    z = np.asarray(public_logits, dtype=np.float64).reshape(-1)[candidates]
+    p0 = np.exp(z - logsumexp(z))
+    return (1.0 - uniform_mix) * p0 + uniform_mix / candidates.size
+
+
+def two_smallest(b: np.ndarray) -> tuple[float, float]:
+    s = np.sort(np.asarray(b, dtype=np.float64))
+    return float(s[0]), float(s[1] if s.size > 1 else s[0])
+
+
+def mixed_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray, lam: float) -> np.ndarray:
+    """log p~_i(y) = log(lam p_i|C(y) + (1 - lam) b(y)), shape (E, |C|)."""
+    z = np.asarray(private_logits, dtype=np.float64)
+    if z.ndim == 1:
+        z = z[None, :]
+    lp = log_softmax(z[:, candidates], axis=1)
+    lb = np.log(base)[None, :]
+    if lam <= 0.0:
+        return np.broadcast_to(lb, lp.shape).copy()
+    if lam >= 1.0:  # no mixing (never produced by the calibration; the tests' broken variant)
+        return lp
+    return np.logaddexp(math.log(lam) + lp, math.log1p(-lam) + lb)
+
+
+def step_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray, lam: float,
+                   weight: float, pad: int = 0) -> np.ndarray:
+    """log q over the candidates: w (sum_i log p~_i + pad log b), normalised.
+
+    ``pad`` = E - (experts actually built): the missing experts are zero-shot experts (p~ = b), so
+    the product always has E factors and an added exemplar swaps a public factor for a private
+    one (the swap bound) instead of adding a factor b^w whose range the bound does not cover."""
+    a = weight * mixed_log_probs(private_logits, candidates, base, lam).sum(axis=0)
+    if pad:
+        a = a + weight * pad * np.log(base)
+    return a - logsumexp(a)
+
+
+# ---------------------------------------------------------------------------
+# Configuration and accounting
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MozoConfig:
+    experts: int
+    weight_experts: int  # E in w = 1/(E tau): the configured count, never n
+    group_size: int
+    temperature: float
+    uniform_mix: float
+    lambda_max: float
+    epsilon_per_token: float
+    tokens: int
+    change: sens.UnitChange
+    public_top_k: int | None = None  # not in to_dict: the cost does not depend on it
+
+    @property
+    def weight(self) -> float:
+        return 1.0 / (self.weight_experts * self.temperature)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experts": self.experts,
+            "group_size": self.group_size,
+            "temperature": self.temperature,
+            "product_weight": self.weight,
+            "uniform_mix": self.uniform_mix,
+            "lambda_max": self.lambda_max,
+            "lambda": "per step from the public base: largest lam with the bound <= epsilon_per_token",
+            "epsilon_per_token": self.epsilon_per_token,
+            "compositions": self.tokens,
+            "unit_change": self.change.value,
+            "bound": "worst case over all one-shot distributions (data-independent)",
+        }
+
+
+def configure(req: GenerationRequest) -> MozoConfig:
+    eps = require_private(req, NAME)
+    p = Params(req.params, PARAMS)
+    top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
+    e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
+                         DEFAULT_EXPERTS, 1, "experts", "group_size")
+    weight_experts = p.count("experts", DEFAULT_EXPERTS)
+    tau = p.positive("temperature", DEFAULT_TEMPERATURE)
+    mu = p.nonnegative("uniform_mix", DEFAULT_UNIFORM_MIX)
+    if mu > 1.0:
+        raise MechanismParamError(f"must be in [0, 1], got {mu:g}", param="params.uniform_mix")
+    lam_max = p.positive("lambda_max", 1.0, upper=1.0)
+    # Swap bound always (as poe): it also covers an added expert, since w does not depend on n.
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
+    if p.given("epsilon_per_token"):
+        et = p.positive("epsilon_per_token", None)
+        got = total_epsilon(et, req.max_tokens, req.delta)
+        if got > eps * (1 + 1e-9):
+            raise MechanismParamError(
+                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {req.max_tokens} tokens > the budget {eps:g}",
+                param="params.epsilon_per_token",
+            )
+    else:
+        et = calibrate_per_token(eps, req.delta, req.max_tokens)
+    return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, req.max_tokens, change, top_k)
+
+
+def privacy(cfg: MozoConfig, req: GenerationRequest) -> dict[str, Any]:
+    acc = accountant(cfg.epsilon_per_token, cfg.tokens, req.adjacency)
+    basic = cfg.epsilon_per_token * cfg.tokens
+    rdp_eps, alpha = acc.get_epsilon_and_order(req.delta) if req.delta > 0.0 else (math.inf, None)
+    use_rdp = rdp_eps < basic
+    cost = PrivacyCost(
+        epsilon=rdp_eps if use_rdp else basic,
+        delta=req.delta if use_rdp else 0.0,
+        adjacency=sens.parse_adjacency(req.adjacency).value,
+        mechanism=NAME,
+        params=cfg.to_dict(),
+        alpha=alpha if use_rdp else None,
+        method="bounded-range-rdp" if use_rdp else "basic",
+        orders=tuple(float(x) for x in acc.orders),
+        rdp=tuple(float(x) for x in acc.rdp),
+        rho=cfg.tokens * cfg.epsilon_per_token**2 / 8.0,  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
+    )
+    d = cost.to_dict()
+    d["is_private"] = True
+    return d
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------
+
+
+def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
+    def choose(logits: np.ndarray, public_logits: np.ndarray | None = None) -> tuple[int, dict[str, Any]]:
+        if public_logits is None:
+            raise RuntimeError("mozo needs the public zero-shot row")
+        v = np.asarray(public_logits).reshape(-1).size
+        cand = (np.arange(v) if cfg.public_top_k is None
+                else public_candidates(public_logits, cfg.public_top_k, sorted(eos)))
+        base = base_distribution(public_logits, cand, cfg.uniform_mix)
+        m1, m2 = two_smallest(base)
+        lam = calibrate_lambda(cfg.epsilon_per_token, cfg.weight, m1, m2, cfg.lambda_max) if cand.size > 1 else 0.0
+        lq = step_log_probs(logits, cand, base, lam, cfg.weight, pad=cfg.weight_experts - cfg.experts)
+        i = gumbel_argmax(lq, rng)
+        tok = int(cand[i])
+        return tok, {"token": tok, "log_prob": float(lq[i]), "max_prob": float(np.exp(lq.max())),
+                     "candidates": int(cand.size), "lambda": lam, "base_min": m1}
+
+    return choose
+
+
+def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
+        *, reencode: bool = False) -> GenerationResult:
+    cfg = configure(req)
+    g = resolve_rng(rng)
+    units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)
+    prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
+    public = build_prompt(lm, req.template, [], req.query)
+    out = decode(lm, prompts, chooser(cfg, g, eos_ids(lm)), req.max_tokens, stops=stop_strings(lm),
+                 reencode=reencode, public_prompt=public)
+    lams = [s["lambda"] for s in out.steps]
+    internals = {
+        "public_top_k": cfg.public_top_k,
+        "candidate_set": ("vocabulary" if cfg.public_top_k is None
+                          else "public: zero-shot top-k (template + query + released tokens, no exemplar) + EOS"),
+        "experts": units,
+        "mean_lambda": float(np.mean(lams)) if lams else None,
+        "steps": out.steps,
+    }
+    return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,
+                            len(out.token_ids))

@@ -1,0 +1,258 @@
+"""``mozo`` (DPS-MOZO-style mixing): the per-token bound, its calibration, sampled checks.
+
+The bound under test (``app/mechanisms/mozo.py``): with the public base b on the candidate
+set and p~_i = lam p_i + (1 - lam) b, the step q prop. to prod_i p~_i^w has a log-ratio between
+neighbours whose range over tokens is at most
+w [log(1 + lam/((1-lam) m1)) + log(1 + lam/((1-lam) m2))] =: eps_tok (bounded range), hence
+eps_tok-DP and the per-token RDP curve min(alpha eps_tok^2/8, sinh bound, eps_tok).
+
+The reference computations below do NOT call mozo's step functions: they build the mixed
+distributions, their product and the Renyi divergences directly with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.mechanisms import mozo, poe_decode
+from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.gen_common import GenerationRequest
+from app.mechanisms.generation import get_generation_mechanism
+from app.mechanisms.verify import counts, sampled_epsilon_lower_bound
+
+ORDERS = np.array([1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0])
+
+
+# ---------------------------------------------------------------------------
+# Independent reference: plain numpy, no mozo step code
+# ---------------------------------------------------------------------------
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _ref_law(private_logits: np.ndarray, base: np.ndarray, lam: float, w: float, pad: int = 0) -> np.ndarray:
+    mixed = lam * _softmax(private_logits) + (1.0 - lam) * base[None, :]
+    mixed = np.vstack([mixed] + [base[None, :]] * pad)  # missing experts are zero-shot experts
+    un = np.prod(mixed ** w, axis=0)
+    return un / un.sum()
+
+
+def _ref_renyi(p: np.ndarray, q: np.ndarray, a: float) -> float:
+    """D_a(p || q) = log sum p^a q^(1-a) / (a - 1), summed in log space (high orders overflow)."""
+    t = a * np.log(p) + (1.0 - a) * np.log(q)
+    top = t.max()
+    return float((top + np.log(np.sum(np.exp(t - top)))) / (a - 1.0))
+
+
+def _ref_base(p0: np.ndarray, mu: float) -> np.ndarray:
+    return (1.0 - mu) * p0 + mu / p0.size
+
+
+# ---------------------------------------------------------------------------
+# The bound and its calibration
+# ---------------------------------------------------------------------------
+
+
+def test_calibrated_lambda_is_the_largest_within_the_per_token_budget():
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        m1, m2 = np.sort(rng.uniform(1e-6, 0.5, size=2))
+        w = float(rng.uniform(0.01, 1.0))
+        eps = float(rng.uniform(0.01, 3.0))
+        lam = mozo.calibrate_lambda(eps, w, m1, m2)
+        assert 0.0 < lam < 1.0
+        assert mozo.per_token_epsilon(lam, w, m1, m2) <= eps
+        if lam < 1 - 1e-9:  # (near 1 the float lam saturates; the budget check above still holds)
+            assert mozo.per_token_epsilon(lam * (1 + 1e-6), w, m1, m2) > eps * (1 - 1e-9)
+        capped = mozo.calibrate_lambda(eps, w, m1, m2, lambda_max=lam / 2)
+        assert capped == pytest.approx(lam / 2)
+    # one formula by hand: w = 1, m1 = m2 = m: 2 log(1 + r/m) = eps -> r = m (e^{eps/2} - 1)
+    r = 0.1 * math.expm1(0.5)
+    assert mozo.calibrate_lambda(1.0, 1.0, 0.1, 0.1) == pytest.approx(r / (1 + r), rel=1e-12)
+
+
+def test_bound_is_attained_by_point_masses_and_never_exceeded_on_random_neighbours():
+    """Exact range of the log-ratio (the bounded-range quantity) on the worst pair reaches the bound;
+    300 random worlds (swap one expert, or add one) stay under it, and so does the pure loss."""
+    rng = np.random.default_rng(11)
+    # worst case: p_j a point mass on the m2 token, p_j' on the m1 token
+    v, e, w, mu = 7, 3, 0.3, 0.2
+    base = _ref_base(_softmax(rng.normal(0, 2, size=v)), mu)
+    m1, m2 = np.sort(base)[:2]
+    i1, i2 = np.argsort(base)[:2]
+    lam = mozo.calibrate_lambda(0.9, w, m1, m2)
+    others = rng.normal(0, 2, size=(e - 1, v))
+    pj, pj2 = np.full(v, -200.0), np.full(v, -200.0)
+    pj[i2], pj2[i1] = 0.0, 0.0
+    q = _ref_law(np.vstack([others, pj]), base, lam, w)
+    q2 = _ref_law(np.vstack([others, pj2]), base, lam, w)
+    d = np.log(q) - np.log(q2)
+    assert d.max() - d.min() == pytest.approx(0.9, rel=1e-9)
+    assert np.abs(d).max() <= 0.9 + 1e-12
+
+    unpadded_violations = 0
+    for _ in range(300):
+        v, e = int(rng.integers(2, 30)), int(rng.integers(1, 6))
+        w, mu, eps = float(rng.uniform(0.05, 1.0)), float(rng.choice([0.0, 0.1, 0.5, 1.0])), float(rng.uniform(0.05, 2.0))
+        p0 = _softmax(rng.normal(0, 3, size=v))
+        base = _ref_base(p0, mu)
+        m1, m2 = mozo.two_smallest(base)
+        lam = mozo.calibrate_lambda(eps, w, m1, m2)
+        z = rng.normal(0, 5, size=(e, v))
+        if rng.random() < 0.5:  # swap one expert
+            z2 = z.copy()
+            z2[int(rng.integers(e))] = rng.normal(0, 5, size=v) * rng.choice([0.1, 1.0, 30.0])
+            q, q2 = _ref_law(z, base, lam, w, pad=1), _ref_law(z2, base, lam, w, pad=1)
+        else:  # add one exemplar when n < E: a padded zero-shot expert becomes a private one
+            z2 = np.vstack([z, rng.normal(0, 5, size=v) * rng.choice([1.0, 30.0])])
+            q, q2 = _ref_law(z, base, lam, w, pad=1), _ref_law(z2, base, lam, w, pad=0)
+            u = np.log(_ref_law(z, base, lam, w)) - np.log(q2)  # no padding: a factor b^w appears
+            unpadded_violations += int(u.max() - u.min() > eps * (1 + 1e-9))
+        d = np.log(q) - np.log(q2)
+        assert d.max() - d.min() <= eps * (1 + 1e-9)
+        # the step's own code computes the same law as the reference
+        cand = np.arange(v)
+        assert np.allclose(np.exp(mozo.step_log_probs(z, cand, base, lam, w, pad=1)), q, atol=1e-12)
+    assert unpadded_violations > 0  # the padding is needed: without it the add-one worlds break the bound
+
+
+def test_exact_renyi_within_the_composed_per_token_curve_and_unmixed_variant_outside():
+    """D_alpha(q || q') computed directly stays under poe_decode.per_token_rdp(eps_tok) (the curve the
+    accountant composes); the worst pair gets close to it at low orders; with the mixing dropped
+    (lam = 1) the same pair is far outside the curve."""
+    eps, w = 0.8, 0.5
+    curve = poe_decode.per_token_rdp(ORDERS, eps)
+    base = _ref_base(np.array([0.5, 0.3, 0.15, 0.05]), 0.1)
+    m1, m2 = mozo.two_smallest(base)
+    i1, i2 = np.argsort(base)[:2]
+    lam = mozo.calibrate_lambda(eps, w, m1, m2)
+    pj, pj2 = np.full(4, -200.0), np.full(4, -200.0)
+    pj[i2], pj2[i1] = 0.0, 0.0
+    q, q2 = _ref_law(pj[None], base, lam, w), _ref_law(pj2[None], base, lam, w)
+    ratios = [max(_ref_renyi(q, q2, a), _ref_renyi(q2, q, a)) / c for a, c in zip(ORDERS, curve)]
+    assert max(ratios) <= 1.0 + 1e-9
+    assert max(ratios) > 0.5  # not a vacuous check
+    u, u2 = _ref_law(pj[None], base, 1.0, w), _ref_law(pj2[None], base, 1.0, w)  # no mixing
+    assert max(_ref_renyi(u, u2, a) / c for a, c in zip(ORDERS, curve)) > 10.0
+
+    rng = np.random.default_rng(23)
+    for _ in range(300):
+        v, e = int(rng.integers(2, 25)), int(rng.integers(1, 5))
+        w, eps = float(rng.uniform(0.05, 1.0)), float(rng.uniform(0.05, 2.0))
+        curve = poe_decode.per_token_rdp(ORDERS, eps)
+        base = _ref_base(_softmax(rng.normal(0, 3, size=v)), float(rng.choice([0.0, 0.1, 1.0])))
+        lam = mozo.calibrate_lambda(eps, w, *mozo.two_smallest(base))
+        z = rng.normal(0, 5, size=(e, v))
+        z2 = z.copy()
+        z2[int(rng.integers(e))] = rng.normal(0, 5, size=v) * 30.0
+        q, q2 = _ref_law(z, base, lam, w), _ref_law(z2, base, lam, w)
+        for a, c in zip(ORDERS, curve):
+            assert max(_ref_renyi(q, q2, a), _ref_renyi(q2, q, a)) <= c * (1 + 1e-9) + 1e-12
+
+
+# ---------------------------------------------------------------------------
+# Sampled: the chooser itself, 200 000 draws per world
+# ---------------------------------------------------------------------------
+
+N = 200_000
+ALPHA = 1e-6  # per check; Bonferroni over labels and directions inside sampled_epsilon_lower_bound
+
+
+def _sample(private_logits, public_logits, lam_override, rng, cfg):
+    """Draws of the released token from mozo's chooser (candidate set = all tokens here)."""
+    cand = np.arange(public_logits.size)
+    base = mozo.base_distribution(public_logits, cand, cfg.uniform_mix)
+    lam = mozo.calibrate_lambda(cfg.epsilon_per_token, cfg.weight, *mozo.two_smallest(base))
+    if lam_override is not None:
+        lam = lam_override
+    lq = mozo.step_log_probs(private_logits, cand, base, lam, cfg.weight)
+    return np.argmax(lq[None, :] + rng.gumbel(size=(N, lq.size)), axis=1), lam
+
+
+def test_step_sampled_within_claim_and_unmixed_variant_rejected():
+    cfg = mozo.MozoConfig(experts=2, weight_experts=2, group_size=1, temperature=1.0, uniform_mix=0.1,
+                          lambda_max=1.0, epsilon_per_token=1.0, tokens=1,
+                          change=mozo.sens.UnitChange.SWAP_UNIT, public_top_k=None)
+    v = 5
+    public = np.log(np.array([0.55, 0.25, 0.12, 0.06, 0.02]))
+    other = np.array([2.0, 1.0, 0.0, 0.0, 0.0])
+    pj, pj2 = np.full(v, -30.0), np.full(v, -30.0)
+    pj[3], pj2[4] = 0.0, 0.0  # point masses on the two least likely base tokens
+    d, d2 = np.vstack([other, pj]), np.vstack([other, pj2])
+
+    cand = np.arange(v)
+    base = mozo.base_distribution(public, cand, cfg.uniform_mix)
+    lam = mozo.calibrate_lambda(1.0, cfg.weight, *mozo.two_smallest(base))
+    lq, lq2 = (mozo.step_log_probs(x, cand, base, lam, cfg.weight) for x in (d, d2))
+    exact = float(np.max(np.abs(lq - lq2)))
+    assert 0.5 < exact <= 1.0  # a near-worst case, within the per-token claim
+
+    rng = np.random.default_rng(31)
+    s1, _ = _sample(d, public, None, rng, cfg)
+    s2, _ = _sample(d2, public, None, rng, cfg)
+    assert sampled_epsilon_lower_bound(counts(s1, v), counts(s2, v), alpha=ALPHA).lower <= 1.0
+
+    # Broken: the mixing dropped (lam = 1, "pure private" product) with the same claim -> rejected.
+    rng = np.random.default_rng(32)
+    b1, _ = _sample(d, public, 1.0, rng, cfg)
+    b2, _ = _sample(d2, public, 1.0, rng, cfg)
+    assert sampled_epsilon_lower_bound(counts(b1, v), counts(b2, v), alpha=ALPHA).lower > 1.0
+
+
+# ---------------------------------------------------------------------------
+# Configuration, accounting, errors naming the field
+# ---------------------------------------------------------------------------
+
+EX = [(f"in {i}", f"out {i}") for i in range(40)]
+
+
+def _req(params=None, **kw):
+    base = dict(epsilon=2.0, delta=1e-5, max_tokens=32)
+    base.update(kw)
+    return GenerationRequest.build(EX, "q", params=params or {}, **base)
+
+
+def test_cost_within_budget_and_known_before_any_model_call():
+    mech = get_generation_mechanism("mozo")
+    for eps in (1.0, 2.0, 4.0, 8.0):
+        c = mech.cost(_req(epsilon=eps))
+        assert c["is_private"] and c["epsilon"] <= eps * (1 + 1e-9) and c["mechanism"] == "mozo"
+        assert c["epsilon"] > 0.95 * eps  # the calibration uses the budget
+        assert c["rdp"] is not None and c["params"]["compositions"] == 32
+    # pure with delta 0: basic composition
+    c = mech.cost(_req(delta=0.0))
+    assert c["delta"] == 0.0 and c["epsilon"] == pytest.approx(2.0)
+    # the cost does not depend on the candidate set or the mixing knobs
+    a = mech.cost(_req({"public_top_k": 5, "uniform_mix": 0.0}))
+    b = mech.cost(_req({"public_top_k": 100, "uniform_mix": 1.0}))
+    assert a["epsilon"] == b["epsilon"] and a["rdp"] == b["rdp"]
+    assert get_generation_mechanism("dps-mozo").name == "mozo"
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"uniform_mix": 1.5}, "params.uniform_mix"),
+    ({"uniform_mix": -0.1}, "params.uniform_mix"),
+    ({"lambda_max": 0}, "params.lambda_max"),
+    ({"lambda_max": 1.5}, "params.lambda_max"),
+    ({"temperature": 0}, "params.temperature"),
+    ({"experts": 41}, "params.experts"),
+    ({"public_top_k": -1}, "params.public_top_k"),
+    ({"epsilon_per_token": 1.0}, "params.epsilon_per_token"),
+    ({"lambda": 0.5}, "params.lambda"),
+])
+def test_bad_params_name_the_field(params, field):
+    with pytest.raises(MechanismParamError) as e:
+        get_generation_mechanism("mozo").cost(_req(params))
+    assert e.value.param == field
+
+
+def test_epsilon_required():
+    with pytest.raises(MechanismParamError) as e:
+        get_generation_mechanism("mozo").cost(_req(epsilon=None))
+    assert e.value.param == "epsilon"
