@@ -84,9 +84,8 @@ from app.mechanisms.gen_common import (
     stop_strings,
 )
 from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
-from app.mechanisms.poe_decode import accountant, calibrate_per_token, total_epsilon
+from app.mechanisms.poe_decode import bounded_range_privacy, calibrate_per_token, total_epsilon
 from app.mechanisms.rng import resolve_rng
-from app.privacy.accountant import PrivacyCost
 
 NAME = "mozo"
 PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k")
@@ -239,25 +238,7 @@ def configure(req: GenerationRequest) -> MozoConfig:
 
 
 def privacy(cfg: MozoConfig, req: GenerationRequest) -> dict[str, Any]:
-    acc = accountant(cfg.epsilon_per_token, cfg.tokens, req.adjacency)
-    basic = cfg.epsilon_per_token * cfg.tokens
-    rdp_eps, alpha = acc.get_epsilon_and_order(req.delta) if req.delta > 0.0 else (math.inf, None)
-    use_rdp = rdp_eps < basic
-    cost = PrivacyCost(
-        epsilon=rdp_eps if use_rdp else basic,
-        delta=req.delta if use_rdp else 0.0,
-        adjacency=sens.parse_adjacency(req.adjacency).value,
-        mechanism=NAME,
-        params=cfg.to_dict(),
-        alpha=alpha if use_rdp else None,
-        method="bounded-range-rdp" if use_rdp else "basic",
-        orders=tuple(float(x) for x in acc.orders),
-        rdp=tuple(float(x) for x in acc.rdp),
-        rho=cfg.tokens * cfg.epsilon_per_token**2 / 8.0,  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
-    )
-    d = cost.to_dict()
-    d["is_private"] = True
-    return d
+    return bounded_range_privacy(cfg.epsilon_per_token, cfg.tokens, req.delta, req.adjacency, NAME, cfg.to_dict())
 
 
 # ---------------------------------------------------------------------------

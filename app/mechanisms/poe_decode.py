@@ -185,26 +185,33 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
     return PoEDecodeConfig(e, g, c, et, req.max_tokens, change, top_k)
 
 
-def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
-    acc = accountant(cfg.epsilon_per_token, cfg.tokens, req.adjacency)
-    basic = cfg.epsilon_per_token * cfg.tokens
-    rdp_eps, alpha = acc.get_epsilon_and_order(req.delta) if req.delta > 0.0 else (math.inf, None)
+def bounded_range_privacy(epsilon_per_token: float, tokens: int, delta: float, adjacency: str, mechanism: str,
+                          params: dict[str, Any]) -> dict[str, Any]:
+    """The cost of ``tokens`` releases, each epsilon_per_token-bounded-range (poe and mozo sample one token
+    per step that way): the smaller of RDP composition at ``delta`` and basic composition."""
+    acc = accountant(epsilon_per_token, tokens, adjacency)
+    basic = epsilon_per_token * tokens
+    rdp_eps, alpha = acc.get_epsilon_and_order(delta) if delta > 0.0 else (math.inf, None)
     use_rdp = rdp_eps < basic
     cost = PrivacyCost(
         epsilon=rdp_eps if use_rdp else basic,
-        delta=req.delta if use_rdp else 0.0,
-        adjacency=sens.parse_adjacency(req.adjacency).value,
-        mechanism=NAME,
-        params=cfg.to_dict(),
+        delta=delta if use_rdp else 0.0,
+        adjacency=sens.parse_adjacency(adjacency).value,
+        mechanism=mechanism,
+        params=params,
         alpha=alpha if use_rdp else None,
         method="bounded-range-rdp" if use_rdp else "basic",
         orders=tuple(float(x) for x in acc.orders),
         rdp=tuple(float(x) for x in acc.rdp),
-        rho=cfg.tokens * cfg.epsilon_per_token**2 / 8.0,  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
+        rho=tokens * epsilon_per_token**2 / 8.0,  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
     )
     d = cost.to_dict()
     d["is_private"] = True
     return d
+
+
+def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
+    return bounded_range_privacy(cfg.epsilon_per_token, cfg.tokens, req.delta, req.adjacency, NAME, cfg.to_dict())
 
 
 def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
