@@ -22,13 +22,12 @@ from fastapi.concurrency import run_in_threadpool
 from app.api.auth import Principal
 from app.api.errors import APIError
 from app.api.private_service import (
+    AnswerPlan,
     PrivateAnswer,
-    charge_and_release,
-    noise_rng,
-    replay_or_precheck,
+    _mechanism_error,
+    answer,
     reuse_key_of,
     run_for_tenant,
-    visible,
 )
 from app.runtime import Runtime
 from app.store import budget_repo, datasets_repo
@@ -37,15 +36,6 @@ log = logging.getLogger("dpicl.private.generate")
 
 DEFAULT_DELTA = 1e-6  # per answer; ESA/clip-softmax/PoE also carry RDP curves the ledger composes
 MAX_TOKENS_LIMIT = 512
-
-
-
-def _mech_error(exc: Exception) -> APIError:
-    return APIError(422, str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
-                    code="invalid_mechanism_params")
-
-
-
 
 
 def is_charged_generation(mech) -> bool:
@@ -77,7 +67,7 @@ def generation_cost(rt: Runtime, mech, exemplars, query: str, *, epsilon, delta,
         )
         cost = mech.cost(req)
     except (MechanismParamError, ValueError) as exc:
-        raise _mech_error(exc) from None
+        raise _mechanism_error(exc) from None
     return req, cost
 
 
@@ -100,7 +90,6 @@ async def generate(
     """One private generation, charged before release. ``params`` may carry ``epsilon``, ``delta``
     and ``adjacency`` beside the mechanism's own parameters (the OpenAI-compatible route passes
     them so)."""
-    from app.budget.ledger import Ledger
     from app.mechanisms.errors import MechanismParamError
     from app.mechanisms.generation import get_generation_mechanism
 
@@ -110,7 +99,7 @@ async def generate(
     try:
         mech = get_generation_mechanism(mechanism)
     except MechanismParamError as exc:
-        raise _mech_error(exc) from None
+        raise _mechanism_error(exc) from None
     if mech.name == "full_context" and not rt.settings.allow_nonprivate_baselines:
         raise APIError(422, "mechanism 'full_context' puts the exemplars in the prompt without any privacy "
                        "guarantee; it is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
@@ -157,8 +146,6 @@ async def generate(
                                 account_adjacency=acc.adjacency if acc is not None else None,
                                 max_tokens=max_tokens, template=template, params=params)
 
-    charges = is_charged_generation(mech)
-    ledger = Ledger(rt.db)
     request_params = {
         "query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
         "epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency, "max_tokens": req.max_tokens,
@@ -167,43 +154,30 @@ async def generate(
     # Seeded noise (tests, audits) is never reused, nor reuses another answer.
     rkey = reuse_key_of("generate", mech.name, query, request_params, template=template,
                         embedder=emb.name if emb is not None else None) if seed is None else None
-    may_reuse = rkey is not None and dataset_reuse and reuse
-    if charges:
-        early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
-                                         params=request_params, idempotency_key=idempotency_key,
-                                         return_internals=return_internals, reuse_key=rkey if may_reuse else None)
-        if early is not None:
-            return early
+    plan = AnswerPlan(dataset_id, mech.name, cost, is_charged_generation(mech), request_params, rkey,
+                      rkey is not None and dataset_reuse and reuse, idempotency_key, return_internals, acc)
 
-    rng = noise_rng(rt, seed)
+    async def compute(rng: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            # The one call a ledger wraps: everything model-side happens here, in a worker thread.
+            result = await run_for_tenant(principal, mech.run, req, lm, emb, rng,
+                                          lm=lm, deadline_s=rt.settings.request_deadline_seconds)
+        except (MechanismParamError, ValueError) as exc:
+            raise _mechanism_error(exc) from None
+        full = result.to_dict(include_internals=True)
+        return {
+            "object": "private.generation",
+            "dataset_id": dataset_id,
+            "model": lm.name,
+            "text": result.text,
+            "mechanism": result.mechanism,
+            "finish_reason": result.finish_reason,
+            "usage": {"completion_tokens": result.tokens},
+            "privacy": full["privacy"],
+            "internals": full["internals"],  # stored with the charge for white-box audits; stripped unless asked
+            "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "reused": False,
+        }
 
-    t0 = time.perf_counter()
-    try:
-        # The one call a ledger wraps: everything model-side happens here, in a worker thread.
-        result = await run_for_tenant(principal, mech.run, req, lm, emb, rng,
-                                      lm=lm, deadline_s=rt.settings.request_deadline_seconds)
-    except (MechanismParamError, ValueError) as exc:
-        raise _mech_error(exc) from None
-    full = result.to_dict(include_internals=True)
-    body = {
-        "object": "private.generation",
-        "dataset_id": dataset_id,
-        "model": lm.name,
-        "text": result.text,
-        "mechanism": result.mechanism,
-        "finish_reason": result.finish_reason,
-        "usage": {"completion_tokens": result.tokens},
-        "privacy": full["privacy"],
-        "internals": full["internals"],  # stored with the charge for white-box audits; stripped unless asked
-        "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
-        "reused": False,
-    }
-    if not charges:
-        body["budget"] = None
-        spent = acc.epsilon_spent if acc is not None else 0.0
-        left = max(0.0, acc.epsilon_budget - acc.epsilon_spent) if acc is not None else 0.0
-        return PrivateAnswer(visible(body, return_internals), spent, left)
-    return await charge_and_release(
-        ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
-        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
-        reuse_key=rkey, reuse=may_reuse)
+    return await answer(rt, principal, plan, seed, compute)

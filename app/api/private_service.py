@@ -19,6 +19,7 @@ import os
 import time
 import unicodedata
 from dataclasses import dataclass
+from collections.abc import Awaitable
 from typing import Annotated, Any, Callable, Literal
 
 from fastapi import Query
@@ -87,7 +88,51 @@ def budget_exhausted_error(exc: BudgetExhausted) -> APIError:
 
 
 def _mechanism_error(exc: Exception) -> APIError:
-    return APIError(422, str(exc), param=getattr(exc, "param", None), code="invalid_mechanism_params")
+    return APIError(422, str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
+                    code="invalid_mechanism_params")
+
+
+@dataclass(frozen=True)
+class AnswerPlan:
+    """One private answer after validation and costing, before any model work: what ``answer`` needs
+    to replay, reuse, precheck, charge and release it (the flow shared by classify and generate)."""
+
+    dataset_id: str
+    mechanism: str
+    cost: dict[str, Any] | None
+    charged: bool
+    request_params: dict[str, Any]
+    reuse_key: str | None  # None: seeded noise (never reused, nor reusing another)
+    may_reuse: bool
+    idempotency_key: str | None
+    return_internals: bool
+    account: Any  # the dataset's budget account, for the headers of an uncharged answer
+
+
+async def answer(rt: Runtime, principal: Principal, plan: AnswerPlan, seed: int | None,
+                 compute: Callable[[Any], Awaitable[dict[str, Any]]]) -> PrivateAnswer:
+    """Idempotent replay or reuse, then the budget precheck (both before any model work), then
+    ``compute(rng)`` (the model work; it returns the answer body with its ``privacy``), then the
+    charge, then the release. An uncharged mechanism (zero_shot) skips the ledger."""
+    ledger = Ledger(rt.db)
+    if plan.charged:
+        early = await replay_or_precheck(
+            ledger, principal, dataset_id=plan.dataset_id, cost=plan.cost, mechanism=plan.mechanism,
+            params=plan.request_params, idempotency_key=plan.idempotency_key, return_internals=plan.return_internals,
+            reuse_key=plan.reuse_key if plan.may_reuse else None)
+        if early is not None:
+            return early
+    body = await compute(noise_rng(rt, seed))
+    if not plan.charged:
+        body["budget"] = None
+        acc = plan.account
+        spent = acc.epsilon_spent if acc is not None else 0.0
+        left = max(0.0, acc.epsilon_budget - acc.epsilon_spent) if acc is not None else 0.0
+        return PrivateAnswer(visible(body, plan.return_internals), spent, left)
+    return await charge_and_release(
+        ledger, principal, dataset_id=plan.dataset_id, cost=body["privacy"], mechanism=plan.mechanism,
+        params=plan.request_params, body=body, idempotency_key=plan.idempotency_key,
+        return_internals=plan.return_internals, reuse_key=plan.reuse_key, reuse=plan.may_reuse)
 
 
 def noise_rng(rt: Runtime, seed: int | None):
@@ -152,49 +197,35 @@ async def classify(
                                       params, public, provenance, return_internals)
     parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
                                        n_exemplars=len(exemplars))
-    ledger = Ledger(rt.db)
-    charges = is_charged(mech)
     request_params = {"query_sha256": hashlib.sha256(query.encode()).hexdigest()[:16],
                       **json.loads(json.dumps(parsed.to_dict(), default=str)), "model": lm.name}
     # Seeded noise is for tests and audits: such an answer is never reused, nor reuses another.
     rkey = reuse_key_of("classify", mech.name, query, request_params, labels=labels, template=template) \
         if seed is None else None
-    may_reuse = rkey is not None and dataset_reuse and reuse
+    plan = AnswerPlan(dataset_id, mech.name, cost, is_charged(mech), request_params, rkey,
+                      rkey is not None and dataset_reuse and reuse, idempotency_key, return_internals, acc)
 
-    if charges:
-        early = await replay_or_precheck(ledger, principal, dataset_id=dataset_id, cost=cost, mechanism=mech.name,
-                                         params=request_params, idempotency_key=idempotency_key,
-                                         return_internals=return_internals, reuse_key=rkey if may_reuse else None)
-        if early is not None:
-            return early
+    async def compute(rng: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        try:
+            result = await run_for_tenant(principal, mech.classify, lm, exemplars, query, labels, template, parsed,
+                                          rng, lm=lm, deadline_s=rt.settings.request_deadline_seconds)
+        except (MechanismParamError, ValueError) as exc:
+            raise _mechanism_error(exc) from None
+        full = result.to_dict()
+        return {
+            "object": "private.classification",
+            "dataset_id": dataset_id,
+            "model": lm.name,
+            "label": result.label,
+            "mechanism": result.mechanism,
+            "privacy": full["privacy"],
+            "internals": full["internals"],  # stored for white-box audits; stripped below unless asked
+            "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
+            "reused": False,
+        }
 
-    rng = noise_rng(rt, seed)
-    t0 = time.perf_counter()
-    try:
-        result = await run_for_tenant(principal, mech.classify, lm, exemplars, query, labels, template, parsed, rng,
-                                      lm=lm, deadline_s=rt.settings.request_deadline_seconds)
-    except (MechanismParamError, ValueError) as exc:
-        raise _mechanism_error(exc) from None
-    full = result.to_dict()
-    body = {
-        "object": "private.classification",
-        "dataset_id": dataset_id,
-        "model": lm.name,
-        "label": result.label,
-        "mechanism": result.mechanism,
-        "privacy": full["privacy"],
-        "internals": full["internals"],  # stored for white-box audits; stripped below unless asked
-        "latency_ms": round((time.perf_counter() - t0) * 1000, 1),
-        "reused": False,
-    }
-    if not charges:
-        body["budget"] = None
-        return PrivateAnswer(visible(body, return_internals), acc.epsilon_spent,
-                             max(0.0, acc.epsilon_budget - acc.epsilon_spent))
-    return await charge_and_release(
-        ledger, principal, dataset_id=dataset_id, cost=full["privacy"], mechanism=mech.name,
-        params=request_params, body=body, idempotency_key=idempotency_key, return_internals=return_internals,
-        reuse_key=rkey, reuse=may_reuse)
+    return await answer(rt, principal, plan, seed, compute)
 
 
 def is_charged(mech) -> bool:

@@ -181,13 +181,14 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
 
         return cost_at
 
-    from app.api.private_generation import _mech_error, generation_cost, is_charged_generation
+    from app.api.private_generation import generation_cost, is_charged_generation
+    from app.api.private_service import _mechanism_error
     from app.mechanisms.generation import get_generation_mechanism
 
     try:
         mech = get_generation_mechanism(mechanism or "esa")
     except MechanismParamError as exc:
-        raise _mech_error(exc) from None
+        raise _mechanism_error(exc) from None
     if mech.name == "full_context" and not rt.settings.allow_nonprivate_baselines:
         raise APIError(422, "mechanism 'full_context' is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
                        param="mechanism", code="not_private")
