@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -86,6 +87,7 @@ async def generate(
     idempotency_key: str | None,
     embedder: str | None = None,
     reuse: bool = True,
+    client_gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> PrivateAnswer:
     """One private generation, charged before release. ``params`` may carry ``epsilon``, ``delta``
     and ``adjacency`` beside the mechanism's own parameters (the OpenAI-compatible route passes
@@ -155,7 +157,8 @@ async def generate(
     rkey = reuse_key_of("generate", mech.name, query, request_params, template=template,
                         embedder=emb.name if emb is not None else None) if seed is None else None
     plan = AnswerPlan(dataset_id, mech.name, cost, is_charged_generation(mech), request_params, rkey,
-                      rkey is not None and dataset_reuse and reuse, idempotency_key, return_internals, acc)
+                      rkey is not None and dataset_reuse and reuse, idempotency_key, return_internals, acc,
+                      client_gone)
 
     async def compute(rng: Any) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -107,6 +107,17 @@ class AnswerPlan:
     idempotency_key: str | None
     return_internals: bool
     account: Any  # the dataset's budget account, for the headers of an uncharged answer
+    # The HTTP client's disconnect probe (Starlette's request.is_disconnected), or None.
+    client_gone: Callable[[], Awaitable[bool]] | None = None
+
+
+async def _stop_if_gone(plan: AnswerPlan, when: str) -> None:
+    """A client that has closed the connection is never sent this answer: stop before the model work,
+    or after it but before the charge. Nothing is released, so nothing is charged (the model ran on
+    private data, but an output no one receives leaks nothing); a retry with the same key starts over."""
+    if plan.client_gone is not None and await plan.client_gone():
+        raise APIError(499, f"the client closed the request {when}: nothing was released or charged",
+                       code="client_closed_request")
 
 
 async def answer(rt: Runtime, principal: Principal, plan: AnswerPlan, seed: int | None,
@@ -122,7 +133,9 @@ async def answer(rt: Runtime, principal: Principal, plan: AnswerPlan, seed: int 
             reuse_key=plan.reuse_key if plan.may_reuse else None)
         if early is not None:
             return early
+    await _stop_if_gone(plan, "before the model work")
     body = await compute(noise_rng(rt, seed))
+    await _stop_if_gone(plan, "before its answer was charged")
     if not plan.charged:
         body["budget"] = None
         acc = plan.account
@@ -159,6 +172,7 @@ async def classify(
     seed: int | None,
     idempotency_key: str | None,
     reuse: bool = True,
+    client_gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> PrivateAnswer:
     from app.mechanisms import get_mechanism
     from app.mechanisms.errors import MechanismParamError
@@ -203,7 +217,8 @@ async def classify(
     rkey = reuse_key_of("classify", mech.name, query, request_params, labels=labels, template=template) \
         if seed is None else None
     plan = AnswerPlan(dataset_id, mech.name, cost, is_charged(mech), request_params, rkey,
-                      rkey is not None and dataset_reuse and reuse, idempotency_key, return_internals, acc)
+                      rkey is not None and dataset_reuse and reuse, idempotency_key, return_internals, acc,
+                      client_gone)
 
     async def compute(rng: Any) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, field_validator
 
@@ -115,6 +115,7 @@ def _text(content) -> str:
 
 @router.post("/v1/chat/completions")
 async def chat_completions(
+    request: Request,
     body: ChatCompletionRequest,
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
@@ -140,13 +141,13 @@ async def chat_completions(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
             params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse)
+            reuse=body.reuse, client_gone=request.is_disconnected)
         content = ans.body.get("text", "")
     else:
         ans = await private_service.classify(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
             model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse)
+            reuse=body.reuse, client_gone=request.is_disconnected)
         content = ans.body["label"]
     b = ans.body
     out = {

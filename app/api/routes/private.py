@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field
 
@@ -44,6 +44,7 @@ class ClassifyRequest(JSONBody):
 
 @router.post("/classify")
 async def classify(
+    request: Request,
     body: ClassifyRequest,
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
@@ -53,7 +54,7 @@ async def classify(
     ans = await private_service.classify(
         rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
         params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
-        idempotency_key=idempotency_key, reuse=body.reuse,
+        idempotency_key=idempotency_key, reuse=body.reuse, client_gone=request.is_disconnected,
     )
     return JSONResponse(private_service.presented(ans.body, include == "accounting"), headers=ans.headers())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, model_validator
 
@@ -55,6 +55,7 @@ class GenerateRequest(JSONBody):
 
 @router.post("/generate")
 async def private_generate(
+    request: Request,
     body: GenerateRequest,
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
@@ -70,7 +71,7 @@ async def private_generate(
         rt, principal, dataset_id=body.dataset_id, query=body.query or body.instruction or "",
         mechanism=body.mechanism, params=params, model=body.model, max_tokens=body.max_tokens,
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-        embedder=body.embedder, reuse=body.reuse,
+        embedder=body.embedder, reuse=body.reuse, client_gone=request.is_disconnected,
     )
     return JSONResponse(presented(ans.body, include == "accounting"), headers=ans.headers())
 
