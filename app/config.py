@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     job_heartbeat_seconds: float = Field(default=5.0, gt=0)
     job_stall_seconds: float = Field(default=60.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
+    # Admission control: a tenant with this many queued jobs gets 429 + Retry-After on a new submission
+    # (a burst of audits must not grow the queue without bound; docs/soak.md).
+    job_max_queued_per_tenant: int = Field(default=1000, ge=1)
     artifacts_dir: Path = Path("./var/artifacts")
 
     # Audit jobs (issue 4): execution, webhooks, the test-only kinds.

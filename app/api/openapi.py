@@ -57,7 +57,8 @@ DESCRIPTIONS = {
     "413": "The body is larger than the server accepts",
     "415": "Unsupported Content-Type",
     "422": "Invalid input; `error.param` names the field",
-    "429": "The dataset's privacy budget cannot pay for this answer",
+    "429": "The dataset's privacy budget cannot pay for this (code budget_exhausted), or the tenant's job "
+           "queue is full (code queue_full, with Retry-After)",
     "502": "The model server behind a remote backend failed",
     "503": "Not ready: the database or a model is not available",
     "504": "The model server behind a remote backend timed out",
@@ -87,7 +88,7 @@ STATUSES: dict[tuple[str, str], tuple[str, ...]] = {
     ("post", "/v1/chat/completions"): _PRIVATE,
     ("get", "/v1/private/mechanisms"): ("401", "403"),
     ("get", "/v1/private/generate/mechanisms"): ("401", "403"),
-    ("post", "/v1/audits"): ("400", "401", "403", "409", "422"),
+    ("post", "/v1/audits"): ("400", "401", "403", "409", "422", "429"),
     ("get", "/v1/audits"): ("401", "403", "404", "422"),
     ("post", "/v1/audits/plan"): ("400", "401", "403", "422"),
     ("get", "/v1/audits/kinds"): ("401", "403"),

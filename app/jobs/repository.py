@@ -36,6 +36,15 @@ STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
+class QueueFull(Exception):
+    """The tenant already has ``limit`` queued jobs: a new one is refused (admission control)."""
+
+    def __init__(self, queued: int, limit: int) -> None:
+        super().__init__(f"{queued} jobs queued")
+        self.queued = queued
+        self.limit = limit
+
+
 class IdempotencyConflict(Exception):
     """The idempotency key was used before with a different request body."""
 
@@ -80,6 +89,7 @@ def create_job(
     max_attempts: int,
     tenant_id: str = DEFAULT_TENANT,
     enqueue: Callable[[Session, str], None] | None = None,
+    max_queued: int | None = None,
 ) -> tuple[AuditJob, bool]:
     """Insert a queued job and commit. Returns ``(job, created)``; with a known
     idempotency key and the same body hash, the existing job and False.
@@ -124,6 +134,14 @@ def create_job(
         if found is None:
             raise
         return found, False
+    if max_queued is not None:
+        # Counted after the insert, in its transaction: a replayed key (above) is never refused; under
+        # concurrent submissions the cap is approximate (each sees its own row, maybe not the others').
+        queued = s.scalar(select(func.count()).select_from(AuditJob).where(
+            AuditJob.tenant_id == tenant_id, AuditJob.status == "queued"))
+        if queued > max_queued:
+            s.rollback()
+            raise QueueFull(queued - 1, max_queued)
     if enqueue is not None:
         enqueue(s, job.id)
     s.commit()

@@ -105,7 +105,7 @@ def submit(
     enqueue=None,
 ) -> Submitted:
     """Validate and insert a queued job (blocking: call it from a thread). Raises UnknownKind,
-    ConfigInvalid, JobConfigError, repo.IdempotencyConflict."""
+    ConfigInvalid, JobConfigError, repo.IdempotencyConflict, repo.QueueFull."""
     settings = runtime.settings
     kind, model = validate_config(settings, kind_name, config)
     kind.admit(runtime, tenant_id, model)
@@ -135,6 +135,7 @@ def submit(
             max_attempts=settings.job_max_attempts,
             tenant_id=tenant_id,
             enqueue=enqueue,
+            max_queued=settings.job_max_queued_per_tenant,
         )
         if created:
             resource = job_resource(job, [])

@@ -303,3 +303,25 @@ def test_in_process_runner_lowers_the_gil_switch_interval_while_it_runs(tmp_path
             assert sys.getswitchinterval() == before
     finally:
         rt.close()
+
+
+def test_a_full_job_queue_refuses_new_jobs_with_429_but_replays_old_ones(tmp_path):
+    """Admission control: with DPICL_JOB_MAX_QUEUED_PER_TENANT=2 and no runner, the third new job is a
+    429 naming `kind` with Retry-After and nothing stored; a replayed key still gets its job back."""
+    from tests.conftest import running_app, server_settings
+
+    settings = server_settings(f"sqlite:///{tmp_path / 'q.db'}", job_runner="none", job_test_kinds=True,
+                               job_max_queued_per_tenant=2, auth_mode="open")
+    with running_app(settings, models={}) as c:
+        ok = [c.post("/v1/audits", json={"kind": "sleep", "config": {}}, headers={"Idempotency-Key": f"q{i}"})
+              for i in range(2)]
+        assert [r.status_code for r in ok] == [202, 202]
+        full = c.post("/v1/audits", json={"kind": "sleep", "config": {}}, headers={"Idempotency-Key": "q2"})
+        assert full.status_code == 429 and full.headers["Retry-After"] == "10", full.text
+        assert full.json()["error"]["code"] == "queue_full" and full.json()["error"]["param"] == "kind"
+        assert len(c.get("/v1/audits").json()["data"]) == 2
+        replay = c.post("/v1/audits", json={"kind": "sleep", "config": {}}, headers={"Idempotency-Key": "q0"})
+        assert replay.status_code == 200 and replay.json()["id"] == ok[0].json()["id"]
+        c.post(f"/v1/audits/{ok[0].json()['id']}/cancel")  # a queued job cancelled leaves the queue
+        again = c.post("/v1/audits", json={"kind": "sleep", "config": {}}, headers={"Idempotency-Key": "q3"})
+        assert again.status_code == 202, again.text

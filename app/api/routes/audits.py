@@ -129,6 +129,10 @@ async def submit_audit(request: Request, body: AuditCreate, principal: Principal
             param = f"config.{param}"
         message = exc.message if exc.message.startswith(param) else f"{param}: {exc.message}"
         raise APIError(getattr(exc, "http_status", 422), message, param=param, code=exc.code) from None
+    except repo.QueueFull as exc:
+        raise APIError(429, f"this tenant already has {exc.queued} queued jobs (the limit is {exc.limit}, "
+                       "DPICL_JOB_MAX_QUEUED_PER_TENANT): retry later", param="kind", code="queue_full",
+                       headers={"Retry-After": "10"}) from None
     except repo.IdempotencyConflict as exc:
         raise APIError(
             409,
