@@ -155,7 +155,9 @@ def test_full_queue_refuses_at_once_and_stale_jobs_are_dropped(lm, header_prompt
     with lm._lock:
         t0 = threading.Thread(target=submit, args=(0, 30))  # taken by the worker, blocked on the lock
         t0.start()
-        while sched.stats["jobs"] == 0 and sched.depth == 0:
+        # Wait until the worker has TAKEN job 0 (it then blocks on the lock): `running` is set when a
+        # batch is taken; the finished-jobs count stays 0 while it is blocked (the old wait on it raced).
+        while sched.running == 0:
             time.sleep(0.005)
         while sched.depth:
             time.sleep(0.005)
