@@ -15,6 +15,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,55 @@ def test_readme_blocks_run_against_a_live_server(live_server, tmp_path):
                 else:
                     datasets.append(obj["id"])
     assert ran >= 8, f"only {ran} README commands ran"
+
+
+DOCS = ["docs/budget.md", "docs/jobs.md"]  # docs/synthesize.md's block runs a minutes-long synthesis:
+# its flow is tests/api/test_synthesize.py's.
+
+
+def test_docs_blocks_run_against_a_live_server(tmp_path):
+    """The service blocks of docs/budget.md and docs/jobs.md, pasted: ``ds_...`` is a 16-exemplar set
+    made here, ``job_...`` the job the block itself submitted (an artifact is fetched once it is done)."""
+    import httpx
+
+    from tests.conftest import running_app, server_settings
+
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    settings = server_settings(f"sqlite:///{tmp_path / 'docs.db'}", job_runner="inprocess", job_poll_seconds=0.1,
+                               auth_mode="open", artifacts_dir=str(tmp_path / "artifacts"), load_models=False)
+    with running_app(settings, models={}) as c:
+        host = str(c.base_url).removeprefix("http://").rstrip("/")
+        labels = ["billing", "shipping"]
+        ds = c.post("/v1/datasets", json={"name": "docs", "labels": labels, "exemplars": [
+            {"input": f"ticket {i}", "output": labels[i % 2]} for i in range(16)]}).json()["id"]
+        job = None
+        ran = 0
+        for doc in DOCS:
+            blocks = service_blocks((README.parent / doc).read_text())
+            assert blocks, f"{doc} has no service block"
+            for _, block in blocks:
+                for cmd in shell_commands(block):
+                    if cmd.split()[0] != "curl":
+                        continue
+                    cmd = SERVICE.sub(host, cmd.replace("ds_...", ds))
+                    if job is not None:
+                        cmd = re.sub(r"job_[0-9a-f]*\.\.\.", job, cmd)
+                        if "/artifacts/" in cmd:  # the block polls; here: wait until the job is done
+                            for _ in range(600):
+                                if c.get(f"/v1/audits/{job}").json()["status"] in ("succeeded", "failed"):
+                                    break
+                                time.sleep(0.1)
+                    cmd = re.sub(r"^curl -s(i?)", lambda m: f"curl -s{m.group(1)} -w '\\n%{{http_code}}'", cmd)
+                    proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
+                                          timeout=T)
+                    assert proc.returncode == 0, f"{doc}: {cmd}\n{proc.stderr}"
+                    out, _, status = proc.stdout.rpartition("\n")
+                    assert status.startswith("2"), f"{doc} command answered {status}:\n{cmd}\n{out[:2000]}"
+                    loc = re.search(r"^location: (\S+)", out, re.M | re.I)
+                    if loc and "/v1/audits/" in loc.group(1):
+                        job = loc.group(1).rsplit("/", 1)[-1]
+                    ran += 1
+        assert job is not None and ran >= 5, ran
+        assert (tmp_path / "epsilon.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert httpx.get(f"{c.base_url}/v1/audits/{job}").json()["status"] == "succeeded"
