@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.jsonbody import JSONBody
 
@@ -259,7 +259,7 @@ async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     return obj
 
 
-class DatasetPatch(BaseModel):
+class DatasetPatch(JSONBody):
     model_config = ConfigDict(extra="forbid")
     answer_reuse: bool | None = Field(default=None, description="false: identical requests are charged again")
 

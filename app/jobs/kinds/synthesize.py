@@ -23,11 +23,12 @@ import hashlib
 import logging
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from app.jobs.context import JobContext
 from app.jobs.errors import JobBudgetError, JobConfigError, JobError, JobLost, JobShutdown, RetryableJobError
 from app.jobs.registry import JobKind, register
+from app.jsonbody import JSONBody
 
 log = logging.getLogger("dpicl.jobs.synthesize")
 
@@ -35,7 +36,7 @@ SEED_POLICY_SECURE = "os-entropy (secrets.randbits(256)); not reproducible"
 SEED_POLICY_SEEDED = "caller seed (DPICL_ALLOW_SEEDED_NOISE: tests and audits only)"
 
 
-class SynthesizeConfig(BaseModel):
+class SynthesizeConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=64, description="the private classification set (parent)")
