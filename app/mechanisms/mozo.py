@@ -84,7 +84,7 @@ from app.mechanisms.gen_common import (
     stop_strings,
 )
 from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
-from app.mechanisms.poe_decode import bounded_range_privacy, calibrate_per_token, total_epsilon
+from app.mechanisms.poe_decode import bounded_range_privacy, resolve_epsilon_per_token
 from app.mechanisms.rng import resolve_rng
 
 NAME = "mozo"
@@ -224,16 +224,7 @@ def configure(req: GenerationRequest) -> MozoConfig:
     lam_max = p.positive("lambda_max", 1.0, upper=1.0)
     # Swap bound always (as poe): it also covers an added expert, since w does not depend on n.
     change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
-    if p.given("epsilon_per_token"):
-        et = p.positive("epsilon_per_token", None)
-        got = total_epsilon(et, req.max_tokens, req.delta)
-        if got > eps * (1 + 1e-9):
-            raise MechanismParamError(
-                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {req.max_tokens} tokens > the budget {eps:g}",
-                param="params.epsilon_per_token",
-            )
-    else:
-        et = calibrate_per_token(eps, req.delta, req.max_tokens)
+    et = resolve_epsilon_per_token(p, eps, req.max_tokens, req.delta)
     return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, req.max_tokens, change, top_k)
 
 

@@ -160,8 +160,6 @@ class PoEDecodeConfig:
 
 
 def configure(req: GenerationRequest) -> PoEDecodeConfig:
-    from app.mechanisms.errors import MechanismParamError
-
     eps = require_private(req, NAME)
     p = Params(req.params, PARAMS)
     top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
@@ -172,17 +170,25 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
     # whether an added exemplar adds a unit depends on the private n; the swap bound covers
     # both cases (an added unit moves the aggregate by no more than a swapped one).
     change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
-    if p.given("epsilon_per_token"):
-        et = p.positive("epsilon_per_token", None)
-        got = total_epsilon(et, req.max_tokens, req.delta)
-        if got > eps * (1 + 1e-9):
-            raise MechanismParamError(
-                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {req.max_tokens} tokens > the budget {eps:g}",
-                param="params.epsilon_per_token",
-            )
-    else:
-        et = calibrate_per_token(eps, req.delta, req.max_tokens)
+    et = resolve_epsilon_per_token(p, eps, req.max_tokens, req.delta)
     return PoEDecodeConfig(e, g, c, et, req.max_tokens, change, top_k)
+
+
+def resolve_epsilon_per_token(p: Any, epsilon: float, tokens: int, delta: float) -> float:
+    """The per-token bounded-range epsilon: ``params.epsilon_per_token`` when given (refused if its
+    composition over ``tokens`` exceeds ``epsilon``), else the largest one that fits (poe and mozo)."""
+    from app.mechanisms.errors import MechanismParamError
+
+    if not p.given("epsilon_per_token"):
+        return calibrate_per_token(epsilon, delta, tokens)
+    et = p.positive("epsilon_per_token", None)
+    got = total_epsilon(et, tokens, delta)
+    if got > epsilon * (1 + 1e-9):
+        raise MechanismParamError(
+            f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {tokens} tokens > the budget {epsilon:g}",
+            param="params.epsilon_per_token",
+        )
+    return et
 
 
 def bounded_range_privacy(epsilon_per_token: float, tokens: int, delta: float, adjacency: str, mechanism: str,
