@@ -26,6 +26,11 @@ _TYPES = {
 }
 
 
+# app.answers.errors kinds -> HTTP status (499: nginx's "client closed request", logged, never seen).
+ANSWER_STATUS = {"invalid": 422, "not_found": 404, "forbidden": 403, "conflict": 409,
+                 "budget_exhausted": 429, "client_gone": 499}
+
+
 class APIError(Exception):
     def __init__(
         self,
@@ -142,6 +147,19 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=exc.status_code,
             headers=headers or None,
         )
+
+    from app.answers.errors import AnswerError, BudgetExhaustedError
+
+    @app.exception_handler(AnswerError)
+    async def _answer_error(_req: Request, exc: AnswerError):
+        # The service's refusals (app/answers/errors.py) in HTTP terms.
+        status = ANSWER_STATUS.get(exc.kind, 422)
+        headers = None
+        if isinstance(exc, BudgetExhaustedError):
+            headers = {"X-DPICL-Epsilon-Spent": f"{exc.epsilon_spent:.6g}",
+                       "X-DPICL-Epsilon-Remaining": f"{exc.epsilon_remaining:.6g}"}
+        return JSONResponse(error_body(exc.message, _TYPES.get(status, "api_error"), exc.param, exc.code),
+                            status_code=status, headers=headers)
 
     from app.llm.errors import CapabilityError
     from app.llm.remote import RemoteError, RemoteTimeout

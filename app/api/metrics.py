@@ -189,10 +189,20 @@ async def metrics(request: Request) -> Response:
     return Response(data, media_type=CONTENT_TYPE_LATEST)
 
 
+def _on_answer_event(event: str, data: dict[str, Any]) -> None:
+    if event == "mechanism":
+        note_mechanism(data["name"])
+    elif event == "charge":
+        count_charge(data["mechanism"], data["epsilon"])
+
+
 def install(app) -> None:
+    from app.answers.flow import OBSERVERS as ANSWER_OBSERVERS
     from app.llm.scheduler import OBSERVERS
 
     if _on_scheduler_event not in OBSERVERS:
         OBSERVERS.append(_on_scheduler_event)
+    if _on_answer_event not in ANSWER_OBSERVERS:
+        ANSWER_OBSERVERS.append(_on_answer_event)
     app.add_middleware(MetricsMiddleware)
     app.include_router(router)

@@ -9,8 +9,14 @@ key gets the same answer back and is never charged twice (also after a crash
 between charge and release). An identical request (same ``reuse_key``: normalized query,
 mechanism, parameters, model) may get the stored answer of an earlier live charge at no
 cost: releasing a released answer again is post-processing (Dwork & Roth 2014, Prop. 2.1).
-A failed answer is refunded: the entry stays, marked
-``refunded``, and the account's sums are recomputed from the live entries.
+A charge whose output is never released is refunded (a synthesize job cancelled before its set is
+stored): the entry stays, marked ``refunded``, and the account's sums are recomputed from the live
+entries. A private answer is charged only after its model work succeeded, and released right after the
+commit, so the answer path has nothing to refund.
+
+Unit of work: every method takes the caller's session and never commits or rolls back; the caller
+owns the transaction (one transaction per charge: lock, compose, write entry, update account). Costs
+arrive typed (``app.privacy.accountant.PrivacyCost``), never as dicts to re-parse.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from sqlalchemy.orm import Session
+
 from app.budget.composition import BudgetState, Charge, compose, fits
+from app.privacy.accountant import PrivacyCost
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_on_grid
 from app.store import budget_repo as repo
 from app.store.base import utcnow
-from app.store.db import Database
 
 
 class BudgetExhausted(Exception):
@@ -63,7 +71,8 @@ class ChargeResult:
         return max(0.0, self.epsilon_budget - self.epsilon_spent)
 
 
-def _state_of(acc) -> BudgetState:
+def state_of(acc: Any) -> BudgetState:
+    """The running sums of a budget account row, for composition (the ledger, the forecast, the UI)."""
     return BudgetState(
         orders=np.asarray(acc.rdp_orders, dtype=float),
         rdp_sum=BudgetState.rdp_from_json(acc.rdp_sum),
@@ -75,7 +84,7 @@ def _state_of(acc) -> BudgetState:
     )
 
 
-def _store_state(acc, state: BudgetState, spent: float, method: str) -> None:
+def _store_state(acc: Any, state: BudgetState, spent: float, method: str) -> None:
     acc.rdp_sum = state.rdp_json()
     acc.basic_epsilon = state.basic_epsilon
     acc.basic_delta = state.basic_delta
@@ -91,24 +100,19 @@ def _json_curve(values) -> list[float | None]:
     return [float(x) if math.isfinite(x) else None for x in values]
 
 
-def charge_of(cost: dict[str, Any]) -> Charge:
-    """A Charge from a PrivacyCost dict (``app.privacy.accountant.PrivacyCost.to_dict``)."""
-    eps = cost.get("epsilon")
-    rdp = cost.get("rdp")
-    orders = cost.get("orders")
-    return Charge(
-        epsilon=math.inf if eps is None else float(eps),
-        delta=float(cost.get("delta") or 0.0),
-        orders=orders if (orders and rdp) else None,
-        rdp=[math.inf if x is None else float(x) for x in rdp] if (orders and rdp) else None,
-    )
+def charge_of(cost: PrivacyCost) -> Charge:
+    """What the ledger composes of a typed cost: its own (epsilon, delta) and its RDP curve when known."""
+    if not isinstance(cost, PrivacyCost):
+        raise TypeError(f"a ledger charge takes a PrivacyCost, got {type(cost).__name__}")
+    has_curve = bool(cost.orders) and bool(cost.rdp)
+    return Charge(epsilon=float(cost.epsilon), delta=float(cost.delta),
+                  orders=cost.orders if has_curve else None, rdp=cost.rdp if has_curve else None)
 
 
 class Ledger:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    """The ledger's rules over the caller's session (see the module docstring: it never commits)."""
 
-    def open_account(self, session, *, dataset_id: str, tenant_id: str, epsilon: float, delta: float,
+    def open_account(self, session: Session, *, dataset_id: str, tenant_id: str, epsilon: float, delta: float,
                      adjacency: str) -> None:
         state = BudgetState()
         repo.create_account(
@@ -118,100 +122,94 @@ class Ledger:
             charges=0, version=0,
         )
 
-    def replay(self, *, dataset_id: str, tenant_id: str, idempotency_key: str, mechanism: str,
+    def replay(self, session: Session, *, dataset_id: str, tenant_id: str, idempotency_key: str, mechanism: str,
                params: dict[str, Any]) -> ChargeResult | None:
         """The stored answer of an earlier charge with this key, or None."""
-        with self.db.session() as s:
-            acc = repo.get_account(s, dataset_id, tenant_id)
-            prior = repo.find_entry(s, dataset_id, idempotency_key) if acc is not None else None
-            if prior is None or prior.status != "charged":
-                return None
-            if prior.mechanism != mechanism or prior.params != params:
-                raise LedgerConflict(idempotency_key)
-            return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
-                                replayed_response=prior.response)
+        acc = repo.get_account(session, dataset_id, tenant_id)
+        prior = repo.find_entry(session, dataset_id, idempotency_key) if acc is not None else None
+        if acc is None or prior is None or prior.status != "charged":
+            return None
+        if prior.mechanism != mechanism or prior.params != params:
+            raise LedgerConflict(idempotency_key)
+        return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                            replayed_response=prior.response)
 
-    def reuse(self, *, dataset_id: str, tenant_id: str, reuse_key: str) -> ChargeResult | None:
+    def reuse(self, session: Session, *, dataset_id: str, tenant_id: str, reuse_key: str) -> ChargeResult | None:
         """The stored answer of an earlier live charge of an identical request, or None (no charge)."""
-        with self.db.session() as s:
-            acc = repo.get_account(s, dataset_id, tenant_id)
-            prior = repo.find_reusable(s, dataset_id, reuse_key) if acc is not None else None
-            if prior is None:
-                return None
-            return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
-                                replayed_response=prior.response, reused=True, released_at=prior.created_at)
+        acc = repo.get_account(session, dataset_id, tenant_id)
+        prior = repo.find_reusable(session, dataset_id, reuse_key) if acc is not None else None
+        if acc is None or prior is None:
+            return None
+        return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                            replayed_response=prior.response, reused=True, released_at=prior.created_at)
 
-    def precheck(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any]) -> None:
+    def precheck(self, session: Session, *, dataset_id: str, tenant_id: str, cost: PrivacyCost) -> None:
         """Refuse early (no lock, no model work) when the charge cannot fit; ``charge`` decides for real."""
-        with self.db.session() as s:
-            acc = repo.get_account(s, dataset_id, tenant_id)
-            if acc is None:
-                raise NoBudgetAccount(dataset_id)
-            spent, _ = compose(_state_of(acc).add(charge_of(cost)), acc.delta_budget)
-            if not fits(spent, acc.epsilon_budget):
-                raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
+        acc = repo.get_account(session, dataset_id, tenant_id)
+        if acc is None:
+            raise NoBudgetAccount(dataset_id)
+        spent, _ = compose(state_of(acc).add(charge_of(cost)), acc.delta_budget)
+        if not fits(spent, acc.epsilon_budget):
+            raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
 
-    def charge(self, *, dataset_id: str, tenant_id: str, cost: dict[str, Any], mechanism: str,
+    def charge(self, session: Session, *, dataset_id: str, tenant_id: str, cost: PrivacyCost, mechanism: str,
                params: dict[str, Any], response: dict[str, Any], key_id: str | None = None,
                idempotency_key: str | None = None, reuse_key: str | None = None,
                reuse: bool = False) -> ChargeResult:
         """Charge ``cost`` and record ``response`` as released; raise BudgetExhausted when over budget.
 
-        ``reuse_key`` is stored on the entry (a later identical request may reuse this answer);
-        with ``reuse``, an identical request charged meanwhile (a concurrent twin) is found under
-        the account's lock and its answer returned instead: this one is dropped unreleased, uncharged.
+        Takes the account's lock first, so concurrent charges on one dataset serialise and each composes
+        the previous one's committed total. ``reuse_key`` is stored on the entry (a later identical
+        request may reuse this answer); with ``reuse``, an identical request charged meanwhile (a
+        concurrent twin) is found under the lock and its answer returned instead: this one is dropped
+        unreleased, uncharged. Only a fresh charge writes (the caller commits; on a replay or a reuse
+        it may commit too: nothing but the lock's version counter changed).
         """
-        with self.db.session() as s:
-            acc = repo.lock_account(s, dataset_id, tenant_id)
-            if acc is None:
-                raise NoBudgetAccount(dataset_id)
-            if idempotency_key:
-                prior = repo.find_entry(s, dataset_id, idempotency_key)
-                if prior is not None and prior.status == "charged":
-                    if prior.mechanism != mechanism or prior.params != params:
-                        raise LedgerConflict(idempotency_key)
-                    s.rollback()
-                    return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
-                                        replayed_response=prior.response)
-            if reuse and reuse_key:
-                twin = repo.find_reusable(s, dataset_id, reuse_key)
-                if twin is not None:
-                    s.rollback()
-                    return ChargeResult(twin.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
-                                        replayed_response=twin.response, reused=True, released_at=twin.created_at)
-            c = charge_of(cost)
-            new_state = _state_of(acc).add(c)
-            spent, method = compose(new_state, acc.delta_budget)
-            if not fits(spent, acc.epsilon_budget):
-                s.rollback()
-                raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
-            # The entry keeps its curve on the account's grid, so a refund can recompose exactly.
-            curve = None
-            if c.has_curve:
-                curve = _json_curve(rdp_on_grid(c.orders, c.rdp, np.asarray(acc.rdp_orders, dtype=float)))
-            entry = repo.add_entry(
-                s, dataset_id=dataset_id, tenant_id=tenant_id, key_id=key_id, mechanism=mechanism, params=params,
-                epsilon=c.epsilon, delta=c.delta, rdp=curve, idempotency_key=idempotency_key, status="charged",
-                response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
-            )
-            _store_state(acc, new_state, spent, method)
-            s.commit()
-            return ChargeResult(entry.id, spent, acc.epsilon_budget, acc.delta_budget)
+        c = charge_of(cost)
+        acc = repo.lock_account(session, dataset_id, tenant_id)
+        if acc is None:
+            raise NoBudgetAccount(dataset_id)
+        if idempotency_key:
+            prior = repo.find_entry(session, dataset_id, idempotency_key)
+            if prior is not None and prior.status == "charged":
+                if prior.mechanism != mechanism or prior.params != params:
+                    raise LedgerConflict(idempotency_key)
+                return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                                    replayed_response=prior.response)
+        if reuse and reuse_key:
+            twin = repo.find_reusable(session, dataset_id, reuse_key)
+            if twin is not None:
+                return ChargeResult(twin.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
+                                    replayed_response=twin.response, reused=True, released_at=twin.created_at)
+        new_state = state_of(acc).add(c)
+        spent, method = compose(new_state, acc.delta_budget)
+        if not fits(spent, acc.epsilon_budget):
+            raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
+        # The entry keeps its curve on the account's grid, so a refund can recompose exactly.
+        curve = None
+        if c.has_curve:
+            curve = _json_curve(rdp_on_grid(c.orders, c.rdp, np.asarray(acc.rdp_orders, dtype=float)))
+        entry = repo.add_entry(
+            session, dataset_id=dataset_id, tenant_id=tenant_id, key_id=key_id, mechanism=mechanism, params=params,
+            epsilon=c.epsilon, delta=c.delta, rdp=curve, idempotency_key=idempotency_key, status="charged",
+            response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
+        )
+        _store_state(acc, new_state, spent, method)
+        return ChargeResult(entry.id, spent, acc.epsilon_budget, acc.delta_budget)
 
-    def refund(self, *, dataset_id: str, tenant_id: str, entry_id: int) -> None:
-        """Refund one charge (an answer that was not released) and recompute the totals."""
-        with self.db.session() as s:
-            acc = repo.lock_account(s, dataset_id, tenant_id)
-            entry = repo.get_entry(s, entry_id)
-            if acc is None or entry is None or entry.status != "charged":
-                s.rollback()
-                return
-            repo.mark_refunded(s, entry)
-            s.flush()
-            state = BudgetState(orders=np.asarray(acc.rdp_orders, dtype=float))
-            for e in repo.live_entries(s, dataset_id):
-                state = state.add(Charge(e.epsilon, e.delta, acc.rdp_orders if e.rdp is not None else None,
-                                         [math.inf if x is None else x for x in e.rdp] if e.rdp is not None else None))
-            spent, method = compose(state, acc.delta_budget)
-            _store_state(acc, state, spent, method)
-            s.commit()
+    def refund(self, session: Session, *, dataset_id: str, tenant_id: str, entry_id: int) -> bool:
+        """Refund one charge whose output was never released and recompute the totals; False when
+        there is nothing to refund (unknown entry, or already refunded)."""
+        acc = repo.lock_account(session, dataset_id, tenant_id)
+        entry = repo.get_entry(session, entry_id)
+        if acc is None or entry is None or entry.status != "charged" or entry.dataset_id != dataset_id:
+            return False
+        repo.mark_refunded(session, entry)
+        session.flush()
+        state = BudgetState(orders=np.asarray(acc.rdp_orders, dtype=float))
+        for e in repo.live_entries(session, dataset_id):
+            state = state.add(Charge(e.epsilon, e.delta, acc.rdp_orders if e.rdp is not None else None,
+                                     [math.inf if x is None else x for x in e.rdp] if e.rdp is not None else None))
+        spent, method = compose(state, acc.delta_budget)
+        _store_state(acc, state, spent, method)
+        return True

@@ -185,6 +185,8 @@ def check_query(query: Any) -> str:
 class Mechanism(abc.ABC):
     name: ClassVar[str]
     is_private: ClassVar[bool]
+    # Whether an answer reads the private exemplars (the service charges what does; zero_shot does not).
+    reads_exemplars: ClassVar[bool] = True
     params_type: ClassVar[type[MechanismParams]]
 
     def parse_params(self, params: "Mapping[str, Any] | MechanismParams | None") -> MechanismParams:

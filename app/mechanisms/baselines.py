@@ -48,6 +48,7 @@ def _zero_cost(params: dict[str, Any]) -> dict[str, Any]:
 class ZeroShot(Mechanism):
     name = "zero_shot"
     is_private = False  # no mechanism at all; it simply reads no exemplar
+    reads_exemplars = False
     params_type = BaselineParams
 
     def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:

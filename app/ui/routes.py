@@ -439,7 +439,7 @@ async def dataset_page(request: Request, dataset_id: str):
     from app.api.routes.datasets import dataset_object, ledger_entry_object
     from app.budget.composition import Charge
     from app.budget.forecast import count_answers
-    from app.budget.ledger import _state_of
+    from app.budget.ledger import state_of
     from app.store import budget_repo
     from app.store import datasets_repo as repo
 
@@ -459,7 +459,7 @@ async def dataset_page(request: Request, dataset_id: str):
             if last is not None:
                 curve = [math.inf if x is None else float(x) for x in last.rdp] if last.rdp else None
                 c = Charge(last.epsilon, last.delta, acc.rdp_orders if curve else None, curve)
-                n = count_answers(_state_of(acc), c, acc.epsilon_budget, acc.delta_budget, limit=100_000)
+                n = count_answers(state_of(acc), c, acc.epsilon_budget, acc.delta_budget, limit=100_000)
                 forecast = {"answers": n.answers, "capped": n.capped, "mechanism": last.mechanism,
                             "epsilon": last.epsilon, "delta": last.delta, "rdp": curve is not None}
             return obj, [ledger_entry_object(e) for e in rows], total, forecast

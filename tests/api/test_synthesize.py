@@ -185,7 +185,7 @@ def _parent_direct(rt) -> str:
     with rt.db.session() as s:
         ds = datasets_repo.create_dataset(s, tenant_id="default", name="p", task="classification",
                                           labels=["lights", "music"], template={"input_prefix": "Text:"}, exemplars=ex)
-        Ledger(rt.db).open_account(s, dataset_id=ds.id, tenant_id="default", epsilon=10.0, delta=1e-5,
+        Ledger().open_account(s, dataset_id=ds.id, tenant_id="default", epsilon=10.0, delta=1e-5,
                                    adjacency="replace-one")
         s.commit()
         return ds.id

@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from app.api.private_service import compact_privacy, noise_of
+from app.answers.presentation import compact_privacy, noise_of
 
 T = 180
 LABELS = ["sports", "weather"]

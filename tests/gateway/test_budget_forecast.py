@@ -12,7 +12,13 @@ from typer.testing import CliRunner
 
 from app.budget.composition import BudgetState, compose, fits
 from app.budget.forecast import count_answers, largest_epsilon, repeat
-from app.budget.ledger import charge_of
+from app.budget.ledger import charge_of as _charge_of
+from app.privacy.accountant import PrivacyCost
+
+
+def charge_of(cost: dict):
+    """A mechanism's reported cost as the ledger composes it (typed first, as the service does)."""
+    return _charge_of(PrivacyCost.from_dict(cost))
 from app.mechanisms import get_mechanism
 from tests.gateway.test_gateway_api import EXEMPLARS, LABELS, T
 

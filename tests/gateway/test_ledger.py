@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from app.budget.ledger import BudgetExhausted, Ledger, LedgerConflict
+from app.privacy.accountant import PrivacyCost
 from app.privacy.rdp import DEFAULT_ORDERS
 from app.store import Database
 from app.store import datasets_repo
@@ -16,10 +17,37 @@ def _dataset(db: Database, epsilon: float, delta: float = 1e-5) -> str:
     with db.session() as s:
         ds = datasets_repo.create_dataset(s, tenant_id="t1", name="x", task="classification", labels=["a", "b"],
                                           template={}, exemplars=[("in", "a")])
-        Ledger(db).open_account(s, dataset_id=ds.id, tenant_id="t1", epsilon=epsilon, delta=delta,
+        Ledger().open_account(s, dataset_id=ds.id, tenant_id="t1", epsilon=epsilon, delta=delta,
                                 adjacency="replace-one")
         s.commit()
         return ds.id
+
+
+def _typed(cost: dict) -> PrivacyCost:
+    return PrivacyCost(epsilon=cost["epsilon"], delta=cost["delta"], adjacency="replace-one", mechanism="rnm",
+                       orders=tuple(cost["orders"]) if "orders" in cost else None,
+                       rdp=tuple(cost["rdp"]) if "rdp" in cost else None)
+
+
+class _UnitOfWork:
+    """The ledger as the answer service drives it: each call in its own transaction, committed by the caller."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.ledger = Ledger()
+
+    def charge(self, **kw):
+        kw["cost"] = _typed(kw["cost"])
+        with self.db.session() as s:
+            out = self.ledger.charge(s, **kw)
+            s.commit()
+            return out
+
+    def refund(self, **kw):
+        with self.db.session() as s:
+            out = self.ledger.refund(s, **kw)
+            s.commit()
+            return out
 
 
 @pytest.fixture
@@ -38,7 +66,7 @@ def _gaussian_cost(sigma: float, sensitivity: float = 1.0) -> dict:
 def test_rdp_composition_matches_dp_accounting(db):
     dp_accounting = pytest.importorskip("dp_accounting")
     ds = _dataset(db, epsilon=100.0)
-    ledger = Ledger(db)
+    ledger = _UnitOfWork(db)
     for i in range(10):
         r = ledger.charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(sigma=3.0), mechanism="rnm",
                           params={"i": i}, response={})
@@ -51,7 +79,7 @@ def test_rdp_composition_matches_dp_accounting(db):
 
 def test_pure_dp_uses_basic_composition_when_tighter(db):
     ds = _dataset(db, epsilon=10.0)
-    ledger = Ledger(db)
+    ledger = _UnitOfWork(db)
     spent = [ledger.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
                            params={"i": i}, response={}).epsilon_spent for i in range(10)]
     assert spent == pytest.approx([float(i + 1) for i in range(10)])
@@ -63,7 +91,7 @@ def test_pure_dp_uses_basic_composition_when_tighter(db):
 
 def test_concurrent_charges_never_exceed_budget(db, database_url):
     ds = _dataset(db, epsilon=10.0)
-    ledger = Ledger(db)
+    ledger = _UnitOfWork(db)
     ok, refused, errors = [], [], []
     barrier = threading.Barrier(25)
 
@@ -96,7 +124,7 @@ def test_concurrent_charges_never_exceed_budget(db, database_url):
 
 def test_idempotency_key_never_charges_twice(db):
     ds = _dataset(db, epsilon=5.0)
-    ledger = Ledger(db)
+    ledger = _UnitOfWork(db)
     a = ledger.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
                       params={"q": 1}, response={"label": "a"}, idempotency_key="k1")
     b = ledger.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
@@ -110,7 +138,7 @@ def test_idempotency_key_never_charges_twice(db):
 
 def test_refund_recomposes(db):
     ds = _dataset(db, epsilon=100.0)
-    ledger = Ledger(db)
+    ledger = _UnitOfWork(db)
     first = ledger.charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(2.0), mechanism="rnm",
                           params={"i": 0}, response={})
     second = ledger.charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(2.0), mechanism="rnm",
@@ -129,5 +157,37 @@ def test_other_tenant_cannot_charge(db):
 
     ds = _dataset(db, epsilon=5.0)
     with pytest.raises(NoBudgetAccount):
-        Ledger(db).charge(dataset_id=ds, tenant_id="someone-else", cost={"epsilon": 1.0, "delta": 0.0},
+        _UnitOfWork(db).charge(dataset_id=ds, tenant_id="someone-else", cost={"epsilon": 1.0, "delta": 0.0},
                           mechanism="rnm", params={}, response={})
+
+
+def test_the_ledger_never_commits_for_its_caller(db):
+    """Unit of work: a charge the caller rolls back leaves no entry and no spend (issue 20 item 4)."""
+    from app.store import budget_repo
+
+    ds = _dataset(db, epsilon=5.0)
+    with db.session() as s:
+        Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost=_typed({"epsilon": 1.0, "delta": 0.0}),
+                        mechanism="rnm", params={}, response={})
+        s.rollback()
+    with db.session() as s:
+        acc = budget_repo.get_account(s, ds, "t1")
+        assert acc.charges == 0 and acc.epsilon_spent == 0.0
+        assert budget_repo.live_entries(s, ds) == []
+
+
+def test_a_charge_takes_a_typed_cost_never_a_dict(db):
+    ds = _dataset(db, epsilon=5.0)
+    with db.session() as s, pytest.raises(TypeError, match="PrivacyCost"):
+        Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
+                        params={}, response={})
+
+
+def test_refund_refuses_an_entry_of_another_dataset(db):
+    ds, other = _dataset(db, epsilon=5.0), _dataset(db, epsilon=5.0)
+    uow = _UnitOfWork(db)
+    ch = uow.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
+                    params={}, response={})
+    assert uow.refund(dataset_id=other, tenant_id="t1", entry_id=ch.entry_id) is False
+    assert uow.refund(dataset_id=ds, tenant_id="t1", entry_id=ch.entry_id) is True
+    assert uow.refund(dataset_id=ds, tenant_id="t1", entry_id=ch.entry_id) is False

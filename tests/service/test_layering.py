@@ -34,7 +34,7 @@ def test_library_layer_imports(package):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("package", ["jobs", "budget", "store"])
+@pytest.mark.parametrize("package", ["answers", "jobs", "budget", "store"])
 def test_service_layers_do_not_import_the_http_layer(package):
     bad = []
     for f in (ROOT / package).rglob("*.py"):
@@ -59,3 +59,10 @@ def test_decode_does_not_import_a_backend():
     llm/decode <-> llm/hf cycle)."""
     mods = list(_imports(ROOT / "llm" / "decode.py"))
     assert not [m for m in mods if m.startswith(("app.llm.hf", "app.llm.remote"))], mods
+
+
+def test_answer_service_imports_no_web_framework():
+    """app/answers is the private-answer service: HTTP is the routes' job (issue 20)."""
+    bad = [f"{f.relative_to(ROOT.parent)} imports {mod}" for f in (ROOT / "answers").rglob("*.py")
+           for mod in _imports(f) if mod.split(".")[0] in ("fastapi", "starlette")]
+    assert not bad, bad

@@ -238,14 +238,18 @@ def test_config_secrets_are_redacted(keyed_server, ui):
 
 def test_budget_page_numbers_are_the_apis_and_no_exemplar_text(keyed_server, ui):
     from app.budget.ledger import Ledger
+    from app.privacy.accountant import PrivacyCost
     from app.privacy.rdp import DEFAULT_ORDERS
 
     ds = _dataset(keyed_server, "A")
-    ledger = Ledger(keyed_server.runtime.db)
-    gauss = {"epsilon": 1.2, "delta": 1e-6, "orders": list(DEFAULT_ORDERS), "rdp": [0.05 * a for a in DEFAULT_ORDERS]}
+    db = keyed_server.runtime.db
+    gauss = PrivacyCost(epsilon=1.2, delta=1e-6, adjacency="replace-one", mechanism="rnm",
+                        orders=tuple(DEFAULT_ORDERS), rdp=tuple(0.05 * a for a in DEFAULT_ORDERS))
     for i in range(4):  # the ledger's own charge path (the browser test charges through real answers)
-        ledger.charge(dataset_id=ds, tenant_id="tenant-a", cost=gauss, mechanism="rnm", params={"i": i},
-                      response={"label": "billing"}, idempotency_key=f"k{i}")
+        with db.session() as s:
+            Ledger().charge(s, dataset_id=ds, tenant_id="tenant-a", cost=gauss, mechanism="rnm", params={"i": i},
+                            response={"label": "billing"}, idempotency_key=f"k{i}")
+            s.commit()
     c = ui("A")
     page = c.get(f"/ui/datasets/{ds}").text
     with api(keyed_server, "A") as a:

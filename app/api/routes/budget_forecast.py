@@ -22,6 +22,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import SCOPES, require
 from app.api.deps import RuntimeDep, TenantDep
+from app.answers.errors import AnswerError, InvalidRequest
+from app.answers.flow import mechanism_error
 from app.api.errors import APIError
 from app.store import budget_repo, datasets_repo
 
@@ -54,7 +56,8 @@ def _int_param(q: dict[str, str], name: str, lo: int, hi: int) -> int | None:
 @router.get("/{dataset_id}/budget/forecast", dependencies=[Depends(require(*SCOPES))])
 async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: TenantDep):
     from app.budget.forecast import ANSWERS_LIMIT, count_answers, largest_epsilon
-    from app.budget.ledger import _state_of, charge_of
+    from app.answers.flow import typed_cost
+    from app.budget.ledger import charge_of, state_of
 
     items = list(request.query_params.multi_items())
     seen: set[str] = set()
@@ -87,7 +90,7 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
 
     base_cost, assumed = cost_at(None if answers is not None else mech_params.get("epsilon"),
                                  tolerate_epsilon=answers is not None)
-    state = _state_of(acc)
+    state = state_of(acc)
     out: dict[str, Any] = {
         "object": "budget.forecast",
         "dataset_id": dataset_id,
@@ -110,7 +113,7 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
         return out
 
     if answers is None:
-        c = charge_of(base_cost)
+        c = charge_of(typed_cost(base_cost))
         n = await run_in_threadpool(count_answers, state, c, acc.epsilon_budget, acc.delta_budget)
         out.update(charged=True, per_answer=_cost_view(base_cost), answers_remaining=n.answers,
                    answers_remaining_is_lower_bound=n.capped, epsilon_spent_after=n.epsilon_spent_after,
@@ -120,9 +123,9 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
     def charge_for(e: float):
         try:
             cost, _ = cost_at(e, tolerate_epsilon=False)
-        except APIError:
+        except (APIError, AnswerError):
             return None
-        return charge_of(cost)
+        return charge_of(typed_cost(cost))
 
     fit = await run_in_threadpool(largest_epsilon, answers, state, charge_for, acc.epsilon_budget,
                                   acc.delta_budget)
@@ -131,7 +134,7 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
                        f"budget at any per-answer epsilon tried (down to {acc.epsilon_budget * 2.0 ** -40:.3g})",
                        param="answers", code="answers_do_not_fit")
     cost, assumed = cost_at(fit.epsilon, tolerate_epsilon=False)
-    n = await run_in_threadpool(count_answers, state, charge_of(cost), acc.epsilon_budget, acc.delta_budget)
+    n = await run_in_threadpool(count_answers, state, charge_of(typed_cost(cost)), acc.epsilon_budget, acc.delta_budget)
     out.update(charged=True, answers=answers, epsilon=fit.epsilon, epsilon_refused=fit.epsilon_refused,
                params=assumed["params"], per_answer=_cost_view(cost), answers_remaining=n.answers,
                answers_remaining_is_lower_bound=n.capped, epsilon_spent_after=n.epsilon_spent_after,
@@ -154,7 +157,7 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
     from app.mechanisms.errors import MechanismParamError
 
     if task == "classification":
-        from app.api.private_service import _mechanism_error, classification_cost, is_charged
+        from app.answers.classify import classification_cost, is_charged
         from app.mechanisms import get_mechanism
 
         if max_tokens is not None:
@@ -163,7 +166,7 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
         try:
             mech = get_mechanism(mechanism or "rnm")
         except MechanismParamError as exc:
-            raise _mechanism_error(exc) from None
+            raise mechanism_error(exc) from None
 
         def cost_at(epsilon, *, tolerate_epsilon: bool):
             params = dict(mech_params)
@@ -172,7 +175,7 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
             try:
                 parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
                                                    n_exemplars=n_exemplars)
-            except APIError as exc:
+            except AnswerError as exc:
                 if tolerate_epsilon and exc.param == "epsilon":
                     return None, {"mechanism": mech.name, "params": params, "charged": is_charged(mech)}
                 raise
@@ -181,17 +184,16 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
 
         return cost_at
 
-    from app.api.private_generation import generation_cost, is_charged_generation
-    from app.api.private_service import _mechanism_error
+    from app.answers.generate import generation_cost, is_charged_generation
     from app.mechanisms.generation import get_generation_mechanism
 
     try:
         mech = get_generation_mechanism(mechanism or "esa")
     except MechanismParamError as exc:
-        raise _mechanism_error(exc) from None
+        raise mechanism_error(exc) from None
     if mech.name == "full_context" and not rt.settings.allow_nonprivate_baselines:
-        raise APIError(422, "mechanism 'full_context' is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
-                       param="mechanism", code="not_private")
+        raise InvalidRequest("mechanism 'full_context' is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
+                             param="mechanism", code="not_private")
     # Only the exemplar count matters for the cost (partition validation): placeholders, never the text.
     placeholders = [("x", "y")] * n_exemplars if mech.reads_exemplars else []
 
@@ -202,13 +204,13 @@ def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, 
         delta = params.pop("delta", None)
         adjacency = params.pop("adjacency", None)
         if not mech.is_private and (eps is not None or delta is not None):
-            raise APIError(422, f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
-                           param="epsilon", code="not_private")
+            raise InvalidRequest(f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
+                                 param="epsilon", code="not_private")
         try:
             req, cost = generation_cost(rt, mech, placeholders, "forecast", epsilon=eps, delta=delta,
                                         adjacency=adjacency, account_adjacency=acc.adjacency,
                                         max_tokens=max_tokens, template=template, params=params)
-        except APIError as exc:
+        except AnswerError as exc:
             if tolerate_epsilon and exc.param == "epsilon":
                 return None, {"mechanism": mech.name, "params": params, "charged": is_charged_generation(mech)}
             raise

@@ -217,7 +217,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
             ds = repo.create_dataset(s, tenant_id=tenant, name=meta.name, task=meta.task, labels=meta.labels or [],
                                      template=template, exemplars=rows, answer_reuse=meta.answer_reuse)
             b = meta.budget
-            Ledger(rt.db).open_account(
+            Ledger().open_account(
                 s, dataset_id=ds.id, tenant_id=tenant,
                 epsilon=b.epsilon if b else rt.settings.default_budget_epsilon,
                 delta=b.delta if b else rt.settings.default_budget_delta,
@@ -355,7 +355,7 @@ class BudgetUpdate(JSONBody):
 async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant: TenantDep):
     """An admin sets a new total budget. Spent epsilon is recomposed at the new delta."""
     from app.budget.composition import compose
-    from app.budget.ledger import _state_of
+    from app.budget.ledger import state_of
 
     def _set():
         with rt.db.session() as s:
@@ -365,7 +365,7 @@ async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant
             acc.epsilon_budget = body.epsilon
             if body.delta is not None and body.delta != acc.delta_budget:
                 acc.delta_budget = body.delta
-                acc.epsilon_spent, acc.composition_method = compose(_state_of(acc), body.delta)
+                acc.epsilon_spent, acc.composition_method = compose(state_of(acc), body.delta)
             s.commit()
             return budget_object(acc)
 

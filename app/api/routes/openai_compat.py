@@ -20,7 +20,10 @@ from pydantic import ConfigDict, Field, field_validator
 
 from app.jsonbody import JSONBody
 
-from app.api import private_generation, private_service
+from app.answers import classify as answers_classify, generate as answers_generate
+from app.answers.flow import dataset_task
+from app.answers.presentation import compact_privacy
+from app.api.answer_http import IncludeQuery, answer_headers
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
@@ -120,7 +123,7 @@ async def chat_completions(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
-    include: private_service.IncludeQuery = None,
+    include: IncludeQuery = None,
 ):
     if body.stream:
         raise APIError(422, "streaming is not supported: a private answer is released whole, after its charge",
@@ -135,16 +138,16 @@ async def chat_completions(
     if body.model and model_name is None:
         raise APIError(404, f"model {body.model!r} is not served here", param="model", code="model_not_found")
 
-    task = await private_service.dataset_task(rt, principal, body.dataset_id)
+    task = await dataset_task(rt, principal, body.dataset_id)
     if task == "generation":
-        ans = await private_generation.generate(
+        ans = await answers_generate.generate(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
             params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
             reuse=body.reuse, client_gone=request.is_disconnected)
         content = ans.body.get("text", "")
     else:
-        ans = await private_service.classify(
+        ans = await answers_classify.classify(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
             model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
             reuse=body.reuse, client_gone=request.is_disconnected)
@@ -159,9 +162,9 @@ async def chat_completions(
                      "logprobs": None}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         "dp": {"dataset_id": body.dataset_id, "mechanism": b.get("mechanism"),
-               "privacy": private_service.compact_privacy(b.get("privacy"), include == "accounting"),
+               "privacy": compact_privacy(b.get("privacy"), include == "accounting"),
                "budget": b.get("budget"), "reused": bool(b.get("reused")),
                **({"reuse": b["reuse"]} if "reuse" in b else {}),
                **({"internals": b["internals"]} if "internals" in b else {})},
     }
-    return JSONResponse(out, headers=ans.headers())
+    return JSONResponse(out, headers=answer_headers(ans))

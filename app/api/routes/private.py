@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field
 
 from app.jsonbody import JSONBody
 
-from app.api import private_service
+from app.answers.classify import classify as classify_answer
+from app.api.answer_http import IncludeQuery, respond
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 
@@ -49,14 +49,14 @@ async def classify(
     rt: RuntimeDep,
     principal: Annotated[Principal, Depends(require("infer"))],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)] = None,
-    include: private_service.IncludeQuery = None,
+    include: IncludeQuery = None,
 ):
-    ans = await private_service.classify(
+    ans = await classify_answer(
         rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
         params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
         idempotency_key=idempotency_key, reuse=body.reuse, client_gone=request.is_disconnected,
     )
-    return JSONResponse(private_service.presented(ans.body, include == "accounting"), headers=ans.headers())
+    return respond(ans, include)
 
 
 @router.get("/mechanisms")

@@ -1,19 +1,18 @@
 """``POST /v1/private/generate``: a generated text from a private exemplar set (HTTP only; the
-service is ``app.api.private_generation.generate``)."""
+service is ``app.answers.generate.generate``)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, model_validator
 
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
-from app.api.private_generation import MAX_TOKENS_LIMIT, generate
-from app.api.private_service import IncludeQuery, presented
+from app.answers.generate import MAX_TOKENS_LIMIT, generate
+from app.api.answer_http import IncludeQuery, respond
 from app.jsonbody import JSONBody
 
 router = APIRouter(prefix="/v1/private", tags=["private inference"])
@@ -73,7 +72,7 @@ async def private_generate(
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
         embedder=body.embedder, reuse=body.reuse, client_gone=request.is_disconnected,
     )
-    return JSONResponse(presented(ans.body, include == "accounting"), headers=ans.headers())
+    return respond(ans, include)
 
 
 @router.get("/generate/mechanisms")

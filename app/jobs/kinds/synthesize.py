@@ -123,8 +123,11 @@ class SynthesizeKind(JobKind):
 
         ds, acc = _load_parent(runtime, tenant_id, config)
         cfg = _plan(config, ds, acc)
+        from app.privacy.accountant import PrivacyCost
+
         try:
-            Ledger(runtime.db).precheck(dataset_id=ds.id, tenant_id=tenant_id, cost=syn.cost(cfg))
+            with runtime.db.session() as s:
+                Ledger().precheck(s, dataset_id=ds.id, tenant_id=tenant_id, cost=PrivacyCost.from_dict(syn.cost(cfg)))
         except BudgetExhausted as exc:
             raise JobBudgetError(
                 f"privacy budget exhausted: epsilon {exc.epsilon_spent:.6g} of {exc.epsilon_budget:.6g} spent, "
@@ -154,12 +157,17 @@ class SynthesizeKind(JobKind):
         except KeyError:
             raise JobError(f"model {config.model!r} is not served by this worker", code="invalid_config",
                            param="config.model") from None
-        ledger = Ledger(rt.db)
+        from app.privacy.accountant import PrivacyCost
+
+        ledger = Ledger()
         params = {"job_id": ctx.job_id, "synthetic_dataset_id": new_id, "model": lm.name, **cfg.to_dict()}
         try:
-            ch = ledger.charge(dataset_id=ds.id, tenant_id=tenant_id, cost=cost, mechanism=syn.NAME,
-                               params=params, response={"job_id": ctx.job_id, "dataset_id": new_id},
-                               idempotency_key=ledger_key(ctx.job_id))
+            with rt.db.session() as s:  # one transaction: the charge commits before any model work
+                ch = ledger.charge(s, dataset_id=ds.id, tenant_id=tenant_id, cost=PrivacyCost.from_dict(cost),
+                                   mechanism=syn.NAME, params=params,
+                                   response={"job_id": ctx.job_id, "dataset_id": new_id},
+                                   idempotency_key=ledger_key(ctx.job_id))
+                s.commit()
         except BudgetExhausted as exc:
             raise JobError(f"privacy budget exhausted: this synthesis would bring epsilon to "
                            f"{exc.epsilon_would_be:.6g} of {exc.epsilon_budget:.6g}", code="budget_exhausted",
@@ -202,7 +210,9 @@ class SynthesizeKind(JobKind):
             # A shutdown, a lost lease or a retryable error runs the job again under the same charge.
             if not isinstance(exc, (JobShutdown, JobLost, RetryableJobError)) and self._existing(rt, new_id) is None:
                 # Nothing was released: the charge goes back (the entry stays, marked refunded).
-                ledger.refund(dataset_id=ds.id, tenant_id=tenant_id, entry_id=ch.entry_id)
+                with rt.db.session() as s:
+                    ledger.refund(s, dataset_id=ds.id, tenant_id=tenant_id, entry_id=ch.entry_id)
+                    s.commit()
                 log.info("synthesize job %s: refunded its charge (%s)", ctx.job_id, type(exc).__name__)
             raise
         ctx.progress(1.0, "done")

@@ -1,0 +1,331 @@
+"""The flow of one private answer, shared by every mechanism and every route.
+
+    read      one transaction: the dataset, its account and exemplars, then (charged answers) an
+              idempotent replay, an identical earlier answer to reuse, or the budget precheck
+    work      no transaction open: the mechanism runs in a worker thread as the caller's tenant
+    charge    one transaction: lock the account, compose, write the entry with the released body
+    release   the body leaves only after its charge committed
+
+The answer leaves only after its charge is committed; the released body is stored on the ledger
+entry, so a retry with the same ``Idempotency-Key`` returns it without a second charge (also after a
+crash between charge and release). An identical request (same dataset, normalized query, mechanism,
+parameters and model) gets the stored released answer back at no cost, marked ``reused``
+(post-processing of a released answer; docs/privacy.md, "Answer reuse"), unless the dataset opted
+out (``answer_reuse: false``) or the request asks ``reuse: false``. A model call never runs inside a
+database transaction (it can take seconds: a held SQLite write lock or an idle PostgreSQL
+transaction would stall every other request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import unicodedata
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio.to_thread
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.answers.errors import BudgetExhaustedError, ClientGone, Conflict, InvalidRequest, dataset_not_found
+from app.answers.presentation import visible
+from app.budget.ledger import BudgetExhausted, ChargeResult, Ledger, LedgerConflict, NoBudgetAccount
+from app.privacy.accountant import PrivacyCost
+from app.runtime import Runtime
+
+# A test-only fault: exit the process right after a charge commits (crash-recovery tests).
+_CRASH_AFTER_CHARGE = "DPICL_TEST_CRASH_AFTER_CHARGE"
+
+# Observers of the flow (the HTTP layer's metrics register here): called as fn(event, data) with
+# ("mechanism", {"name"}) when a model work starts and ("charge", {"mechanism", "epsilon"}) per charge.
+OBSERVERS: list[Callable[[str, dict[str, Any]], None]] = []
+
+
+def _notify(event: str, **data: Any) -> None:
+    for fn in list(OBSERVERS):
+        fn(event, data)
+
+
+class Caller(Protocol):
+    """Who asks: the API's Principal satisfies it (tenant, key, scopes)."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def key_id(self) -> str | None: ...
+
+    def has(self, scope: str) -> bool: ...
+
+
+@dataclass
+class PrivateAnswer:
+    body: dict[str, Any]
+    epsilon_spent: float
+    epsilon_remaining: float
+    replayed: bool = False
+    reused: bool = False
+    budgeted: bool = True  # False: a public set's answer (no ledger, no budget headers)
+
+
+@dataclass(frozen=True)
+class AnswerPlan:
+    """One private answer after validation and costing, before any model work: what ``answer`` needs
+    to replay, reuse, precheck, charge and release it."""
+
+    dataset_id: str
+    mechanism: str
+    cost: PrivacyCost | None
+    charged: bool
+    request_params: dict[str, Any]
+    reuse_key: str | None  # None: seeded noise (never reused, nor reusing another)
+    may_reuse: bool
+    idempotency_key: str | None
+    return_internals: bool
+    account: Any  # the dataset's budget account row (read in the read transaction), or None
+    budgeted: bool = True  # False: a public (synthetic) set, no ledger at all
+
+
+@dataclass(frozen=True)
+class Work:
+    """The read phase's outcome: the plan, and the model work as a plain function of the noise
+    generator (it returns the answer body with its ``privacy``; it runs in a worker thread)."""
+
+    plan: AnswerPlan
+    compute: Callable[[np.random.Generator | None], dict[str, Any]]
+    lm: Any  # the model the work runs on (its batch scheduler admits the work first)
+
+
+def normalize_query(query: str) -> str:
+    """The query as answer reuse compares it: Unicode NFC, whitespace runs collapsed, ends stripped
+    (the prompt templates strip the query too); case and punctuation are kept."""
+    return " ".join(unicodedata.normalize("NFC", query).split())
+
+
+def reuse_key_of(route: str, mechanism: str, query: str, params: dict[str, Any], **extra: Any) -> str:
+    """sha256 of what makes two private requests identical: the route, the mechanism, the normalized
+    query, every resolved mechanism parameter (defaults filled in) and the model. The dataset is the
+    ledger entry's own column, so the key is looked up within one dataset only."""
+    p = {k: v for k, v in params.items() if k != "query_sha256"}
+    doc = {"v": 1, "route": route, "mechanism": mechanism, "query": normalize_query(query), "params": p, **extra}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def query_digest(query: str) -> str:
+    return hashlib.sha256(query.encode()).hexdigest()[:16]
+
+
+def typed_cost(privacy: dict[str, Any]) -> PrivacyCost:
+    """The mechanism's cost (``PrivacyCost.to_dict`` plus display keys) as the typed, immutable
+    event the ledger composes: the one place a cost dict is read."""
+    try:
+        return PrivacyCost.from_dict(privacy)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"the mechanism's privacy cost is malformed: {exc}", param="mechanism",
+                             code="invalid_mechanism_params") from None
+
+
+def mechanism_error(exc: Exception) -> InvalidRequest:
+    """A mechanism's parameter error (it names the field) as a refused request."""
+    return InvalidRequest(str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
+                          code="invalid_mechanism_params")
+
+
+def budget_exhausted(exc: BudgetExhausted) -> BudgetExhaustedError:
+    return BudgetExhaustedError(
+        f"privacy budget exhausted: epsilon {exc.epsilon_spent:.6g} of {exc.epsilon_budget:.6g} spent, "
+        f"{exc.remaining:.6g} remaining; this answer would bring it to {exc.epsilon_would_be:.6g}",
+        epsilon_spent=exc.epsilon_spent, epsilon_remaining=exc.remaining)
+
+
+def idempotency_conflict() -> Conflict:
+    return Conflict("this Idempotency-Key was used for a different request", param="Idempotency-Key",
+                    code="idempotency_conflict")
+
+
+def noise_rng(rt: Runtime, seed: int | None) -> np.random.Generator:
+    from app.mechanisms.rng import secure_rng, seeded_rng
+
+    if seed is None:
+        return secure_rng()
+    if not rt.settings.allow_seeded_noise:
+        raise InvalidRequest("a noise seed is accepted only when the server allows seeded noise "
+                             "(DPICL_ALLOW_SEEDED_NOISE, tests and audits only)", param="seed",
+                             code="seed_not_allowed")
+    return seeded_rng(seed)
+
+
+async def run_sync(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread (context variables copied), as FastAPI's threadpool does."""
+    return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+
+async def run_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
+                         deadline_s: float | None = None, mechanism: str | None = None) -> Any:
+    """The model work of one answer, in a worker thread, as the caller's tenant: prefix caches
+    (in-process LRU, remote vLLM cache_salt; CVE-2025-46570) and batches are shared within the
+    tenant only (app/llm/tenancy.py). A model whose batch queue is full refuses at once
+    (Overloaded: 503 + Retry-After) before any work; ``deadline_s`` bounds the time the work may
+    wait in the queue (DeadlineExceeded: 503). Both come before the charge."""
+    from app.llm.tenancy import deadline_scope, tenant_scope
+
+    if mechanism:
+        _notify("mechanism", name=mechanism)
+    sched = getattr(lm, "scheduler", None)
+    if sched is not None:
+        with deadline_scope(deadline_s):
+            sched.admit()
+
+    def _run() -> Any:
+        with tenant_scope(caller.tenant_id), deadline_scope(deadline_s):
+            return fn(*args)
+
+    return await run_sync(_run)
+
+
+def _early(ledger: Ledger, s: Session, caller: Caller, plan: AnswerPlan) -> PrivateAnswer | None:
+    """Before any model work: an idempotent retry gets its stored answer back; an identical request
+    (reuse allowed) gets the stored released answer at no cost, also when the budget is spent; a
+    charge that cannot fit the budget is refused. None means: go on and compute the answer."""
+    assert plan.cost is not None
+    if plan.idempotency_key:
+        try:
+            replay = ledger.replay(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id,
+                                   idempotency_key=plan.idempotency_key, mechanism=plan.mechanism,
+                                   params=plan.request_params)
+        except LedgerConflict:
+            raise idempotency_conflict() from None
+        if replay is not None:
+            return replayed(replay, plan.return_internals)
+    if plan.reuse_key and plan.may_reuse:
+        again = ledger.reuse(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, reuse_key=plan.reuse_key)
+        if again is not None:
+            return reused(again, plan.return_internals)
+    try:
+        ledger.precheck(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=plan.cost)
+    except BudgetExhausted as exc:
+        raise budget_exhausted(exc) from None
+    except NoBudgetAccount:
+        raise dataset_not_found(plan.dataset_id) from None
+    return None
+
+
+async def _stop_if_gone(client_gone: Callable[[], Awaitable[bool]] | None, when: str) -> None:
+    """A client that has closed the connection is never sent this answer: stop before the model work,
+    or after it but before the charge. Nothing is released, so nothing is charged (the model ran on
+    private data, but an output no one receives leaks nothing); a retry with the same key starts over."""
+    if client_gone is not None and await client_gone():
+        raise ClientGone(f"the client closed the request {when}: nothing was released or charged",
+                         code="client_closed_request")
+
+
+async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work], *, seed: int | None,
+                 client_gone: Callable[[], Awaitable[bool]] | None = None) -> PrivateAnswer:
+    """Read (``prepare`` in the read transaction, then replay / reuse / precheck), model work,
+    charge, release: see the module docstring."""
+    ledger = Ledger()
+
+    def _read() -> tuple[Work, PrivateAnswer | None]:
+        with rt.db.session() as s:
+            work = prepare(s)
+            early = _early(ledger, s, caller, work.plan) if work.plan.charged else None
+            return work, early
+
+    work, early = await run_sync(_read)
+    if early is not None:
+        return early
+    plan = work.plan
+    await _stop_if_gone(client_gone, "before the model work")
+    rng = noise_rng(rt, seed) if plan.budgeted else None
+    body = await run_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=plan.mechanism,
+                                deadline_s=rt.settings.request_deadline_seconds)
+    if not plan.budgeted:
+        return PrivateAnswer(visible(body, plan.return_internals), 0.0, 0.0, budgeted=False)
+    await _stop_if_gone(client_gone, "before its answer was charged")
+    if not plan.charged:
+        body["budget"] = None
+        acc = plan.account
+        spent = acc.epsilon_spent if acc is not None else 0.0
+        left = max(0.0, acc.epsilon_budget - acc.epsilon_spent) if acc is not None else 0.0
+        return PrivateAnswer(visible(body, plan.return_internals), spent, left)
+    return await run_sync(_charge_and_release, rt, ledger, caller, plan, body)
+
+
+def _charge_and_release(rt: Runtime, ledger: Ledger, caller: Caller, plan: AnswerPlan,
+                        body: dict[str, Any]) -> PrivateAnswer:
+    """Charge the computed answer in one transaction, then release it. The charge is the cost the
+    mechanism reports for the work it did (data-independent: it equals the precheck's cost). With
+    reuse allowed, an identical answer charged meanwhile is released instead (this one is dropped,
+    never charged)."""
+    cost = typed_cost(body["privacy"])
+    try:
+        with rt.db.session() as s:
+            ch = ledger.charge(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=cost,
+                               mechanism=plan.mechanism, params=plan.request_params, response=body,
+                               key_id=caller.key_id, idempotency_key=plan.idempotency_key,
+                               reuse_key=plan.reuse_key, reuse=plan.may_reuse)
+            s.commit()
+    except BudgetExhausted as exc:
+        raise budget_exhausted(exc) from None
+    except LedgerConflict:
+        raise idempotency_conflict() from None
+    except NoBudgetAccount:
+        raise dataset_not_found(plan.dataset_id) from None
+    if ch.reused:
+        return reused(ch, plan.return_internals)
+    if ch.replayed_response is not None:
+        return replayed(ch, plan.return_internals)
+    if os.environ.get(_CRASH_AFTER_CHARGE) == "1":
+        os._exit(17)
+    _notify("charge", mechanism=plan.mechanism, epsilon=cost.epsilon)
+    body["budget"] = budget_block(ch)
+    return PrivateAnswer(visible(body, plan.return_internals), ch.epsilon_spent, ch.remaining)
+
+
+def budget_block(ch: ChargeResult) -> dict[str, Any]:
+    return {"epsilon": ch.epsilon_budget, "delta": ch.delta_budget, "epsilon_spent": ch.epsilon_spent,
+            "epsilon_remaining": ch.remaining}
+
+
+def replayed(ch: ChargeResult, return_internals: bool) -> PrivateAnswer:
+    body = dict(ch.replayed_response or {})
+    body["budget"] = budget_block(ch)
+    return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining, replayed=True)
+
+
+def reused(ch: ChargeResult, return_internals: bool) -> PrivateAnswer:
+    """The stored answer of an identical earlier request, released again at zero cost."""
+    body = dict(ch.replayed_response or {})
+    body["reused"] = True
+    first = ch.released_at.isoformat() if hasattr(ch.released_at, "isoformat") else ch.released_at
+    body["reuse"] = {"ledger_entry_id": ch.entry_id, "first_released_at": first, "epsilon_charged": 0.0,
+                     "why": "the released answer of an identical earlier request (post-processing: no new cost)"}
+    body["budget"] = budget_block(ch)
+    return PrivateAnswer(visible(body, return_internals), ch.epsilon_spent, ch.remaining, reused=True)
+
+
+def require_scope(caller: Caller, return_internals: bool) -> None:
+    from app.answers.errors import Forbidden
+
+    if return_internals and not caller.has("internals"):
+        raise Forbidden("return_internals needs an API key with the 'internals' scope",
+                        param="return_internals", code="insufficient_scope")
+
+
+
+async def dataset_task(rt: Runtime, caller: Caller, dataset_id: str) -> str:
+    """The task of a dataset the caller may see (the OpenAI-compatible route dispatches on it)."""
+    from app.store import datasets_repo
+
+    def _get() -> str | None:
+        with rt.db.session() as s:
+            ds = datasets_repo.get_dataset(s, dataset_id, caller.tenant_id)
+            return str(ds.task) if ds is not None else None
+
+    task = await run_sync(_get)
+    if task is None:
+        raise dataset_not_found(dataset_id)
+    return task
