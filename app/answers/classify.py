@@ -109,6 +109,8 @@ async def classify(
             raise InvalidRequest(f"dataset {dataset_id!r} is a {ds.task} set; use /v1/private/generate",
                                  param="dataset_id", code="wrong_task")
         acc = budget_repo.get_account(s, dataset_id, caller.tenant_id)
+        if acc is None:  # every dataset opens its account in the transaction that creates it
+            raise dataset_not_found(dataset_id)
         labels, template = list(ds.labels), dict(ds.template)
         exemplars = datasets_repo.load_exemplars(s, dataset_id)
         if (ds.visibility or "private") == "public" or mech.name == "synthetic_icl":
@@ -121,9 +123,10 @@ async def classify(
         # Seeded noise is for tests and audits: such an answer is never reused, nor reuses another.
         rkey = reuse_key_of("classify", mech.name, query, request_params, labels=labels, template=template) \
             if seed is None else None
-        plan = AnswerPlan(dataset_id, mech.name, typed_cost(cost), is_charged(mech), request_params, rkey,
-                          rkey is not None and bool(ds.answer_reuse) and reuse, idempotency_key, return_internals,
-                          acc)
+        charged = is_charged(mech)  # an uncharged cost (zero_shot) is never typed: it has no adjacency
+        plan = AnswerPlan(dataset_id, mech.name, typed_cost(cost) if charged else None, charged, request_params,
+                          rkey, rkey is not None and bool(ds.answer_reuse) and reuse, idempotency_key,
+                          return_internals, acc)
 
         def compute(rng: np.random.Generator | None) -> dict[str, Any]:
             t0 = time.perf_counter()

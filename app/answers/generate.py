@@ -149,7 +149,8 @@ async def generate(
         # Seeded noise (tests, audits) is never reused, nor reuses another answer.
         rkey = reuse_key_of("generate", mech.name, query, request_params, template=template,
                             embedder=emb.name if emb is not None else None) if seed is None else None
-        plan = AnswerPlan(dataset_id, mech.name, typed_cost(cost), is_charged_generation(mech), request_params,
+        charged = is_charged_generation(mech)  # an uncharged cost (zero_shot) is never typed: it has no adjacency
+        plan = AnswerPlan(dataset_id, mech.name, typed_cost(cost) if charged else None, charged, request_params,
                           rkey, rkey is not None and bool(ds.answer_reuse) and reuse, idempotency_key,
                           return_internals, acc)
 
