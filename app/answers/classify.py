@@ -109,13 +109,13 @@ async def classify(
             raise InvalidRequest(f"dataset {dataset_id!r} is a {ds.task} set; use /v1/private/generate",
                                  param="dataset_id", code="wrong_task")
         acc = budget_repo.get_account(s, dataset_id, caller.tenant_id)
-        if acc is None:  # every dataset opens its account in the transaction that creates it
-            raise dataset_not_found(dataset_id)
         labels, template = list(ds.labels), dict(ds.template)
         exemplars = datasets_repo.load_exemplars(s, dataset_id)
         if (ds.visibility or "private") == "public" or mech.name == "synthetic_icl":
             return _public_work(mech, lm, ds, dataset_id, labels, template, exemplars, params, return_internals,
                                 run)
+        if acc is None:  # a private set opens its account in the transaction that creates it; a public one has none
+            raise dataset_not_found(dataset_id)
         parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
                                            n_exemplars=len(exemplars))
         request_params = {"query_sha256": query_digest(query),
