@@ -1,16 +1,23 @@
 """The model-facing half of the mechanisms, through ``app.icl``: partitions and one
-batched label-scoring call per query (all partitions' / experts' prompts together)."""
+batched label-scoring call per query (all partitions' / experts' prompts together),
+and :func:`classify_by_units`, the classification path ``rnm`` and ``poe`` share."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 
 from app.icl.partition import partition_exemplars
 from app.icl.scoring import partition_label_distribution
 from app.icl.templates import PromptTemplate, get_template
+from app.mechanisms.aggregate import FloatArray, IntArray
+from app.mechanisms.base import ClassificationResult, IndexUnits, check_labels, check_query, normalize_exemplars
 from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.rng import resolve_rng
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 
 def template_of(template: Any) -> PromptTemplate:
@@ -20,22 +27,56 @@ def template_of(template: Any) -> PromptTemplate:
         raise MechanismParamError(str(exc), param="template") from None
 
 
-def partition(n: int, units: int, per_unit: int, rng: np.random.Generator) -> list[np.ndarray]:
+def partition(n: int, units: int, per_unit: int, rng: np.random.Generator) -> list[IntArray]:
     """Disjoint units of ``per_unit`` exemplars from a uniformly random permutation (unused tail)."""
     return partition_exemplars(n, units, per_unit, rng)
 
 
 def unit_label_probs(
-    lm: Any,
+    lm: LanguageModel,
     exemplars: Sequence[tuple[str, str]],
-    units: Sequence[Sequence[int]],
+    units: IndexUnits,
     query: str,
     labels: Sequence[str],
     template: Any,
     *,
     calibrate: bool,
-) -> np.ndarray:
+) -> FloatArray:
     """(units, K) label distributions, one batched model call for all units."""
+    # app.icl only iterates each unit for indices: an index array serves as well as a list.
     return partition_label_distribution(
-        lm, exemplars, units, query, labels, template=template_of(template), calibrate=calibrate
+        lm, exemplars, cast("Sequence[Sequence[int]]", units), query, labels, template=template_of(template),
+        calibrate=calibrate,
     )
+
+
+ReleaseFn = Callable[[FloatArray, tuple[str, ...], int, np.random.Generator, list[IntArray]], ClassificationResult]
+"""``(label_probs (units, K), labels, n_exemplars, rng, units) -> result``: a mechanism's private step."""
+
+
+def classify_by_units(
+    lm: LanguageModel,
+    exemplars: Sequence[Any],
+    query: str,
+    labels: Sequence[str],
+    template: Any,
+    rng: np.random.Generator | None,
+    *,
+    unit_count: Callable[[int], int],
+    per_unit: int,
+    calibrate: bool,
+    release: ReleaseFn,
+) -> ClassificationResult:
+    """Validate the inputs, split the n exemplars into ``unit_count(n)`` disjoint units of
+    ``per_unit`` (a uniformly random permutation drawn from ``rng``), score every unit's
+    label distribution in one batched model call, and hand it to ``release``: the shared
+    body of ``RNM.classify`` (units = partitions) and ``PoE.classify`` (units = experts).
+    The generator draws the permutation first, then the release's noise."""
+    ex = normalize_exemplars(exemplars)
+    labs = check_labels(labels)
+    q = check_query(query)
+    count = unit_count(len(ex))
+    g = resolve_rng(rng)
+    units = partition(len(ex), count, per_unit, g)
+    probs = unit_label_probs(lm, ex, units, q, labs, template, calibrate=calibrate)
+    return release(probs, labs, len(ex), g, units)

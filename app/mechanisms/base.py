@@ -14,12 +14,16 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Self, Sequence, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from app.mechanisms.errors import MechanismParamError, UnknownMechanismError
 from app.privacy.accountant import PrivacyCost
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 Exemplar = tuple[str, str]  # (input text, label)
 
@@ -89,7 +93,7 @@ class MechanismParams:
     """Base of the params dataclasses: ``from_mapping`` rejects unknown fields by name."""
 
     @classmethod
-    def from_mapping(cls, params: "Mapping[str, Any] | MechanismParams | None"):
+    def from_mapping(cls, params: ParamsArg) -> Self:
         if params is None:
             return cls()
         if isinstance(params, cls):
@@ -106,6 +110,13 @@ class MechanismParams:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+ParamsArg: TypeAlias = Mapping[str, Any] | MechanismParams | None
+"""What ``params`` may be: a mapping of field names to values, the params dataclass, or None (defaults)."""
+
+IndexUnits: TypeAlias = Sequence[Sequence[int]] | Sequence[npt.NDArray[np.integer[Any]]]
+"""Disjoint units (partitions, experts) as exemplar indices: lists or index arrays."""
 
 
 def check_number(value: Any, param: str, *, lo: float | None = None, lo_open: bool = True, hi: float | None = None) -> float:
@@ -189,23 +200,23 @@ class Mechanism(abc.ABC):
     reads_exemplars: ClassVar[bool] = True
     params_type: ClassVar[type[MechanismParams]]
 
-    def parse_params(self, params: "Mapping[str, Any] | MechanismParams | None") -> MechanismParams:
+    def parse_params(self, params: ParamsArg) -> MechanismParams:
         return self.params_type.from_mapping(params)
 
     @abc.abstractmethod
-    def cost(self, params: "Mapping[str, Any] | MechanismParams | None" = None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         """The privacy cost of one answer, known before running (it depends on the params
         and the public exemplar count only): for a budget check before the model call."""
 
     @abc.abstractmethod
     def classify(
         self,
-        lm: Any,
+        lm: LanguageModel,
         exemplars: Sequence[Any],
         query: str,
         labels: Sequence[str],
         template: Any = None,
-        params: "Mapping[str, Any] | MechanismParams | None" = None,
+        params: ParamsArg = None,
         rng: np.random.Generator | None = None,
     ) -> ClassificationResult: ...
 

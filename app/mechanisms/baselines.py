@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
 
 from app.icl import baselines as icl_baselines
 from app.mechanisms import _icl
@@ -17,6 +19,7 @@ from app.mechanisms.base import (
     ClassificationResult,
     Mechanism,
     MechanismParams,
+    ParamsArg,
     check_labels,
     check_query,
     non_private_cost,
@@ -25,6 +28,9 @@ from app.mechanisms.base import (
 )
 from app.mechanisms.errors import MechanismParamError
 from app.privacy.accountant import PrivacyCost
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -51,10 +57,22 @@ class ZeroShot(Mechanism):
     reads_exemplars = False
     params_type = BaselineParams
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def parse_params(self, params: ParamsArg) -> BaselineParams:
+        return BaselineParams.from_mapping(params)
+
+    def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         return _zero_cost(self.parse_params(params).to_dict())
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+    def classify(
+        self,
+        lm: LanguageModel,
+        exemplars: Sequence[Any],
+        query: str,
+        labels: Sequence[str],
+        template: Any = None,
+        params: ParamsArg = None,
+        rng: np.random.Generator | None = None,
+    ) -> ClassificationResult:
         p = self.parse_params(params)
         labs = check_labels(labels)
         res = icl_baselines.zero_shot(lm, check_query(query), labs, _icl.template_of(template), calibrate=p.calibrate)
@@ -69,10 +87,22 @@ class ICL(Mechanism):
     is_private = False
     params_type = BaselineParams
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def parse_params(self, params: ParamsArg) -> BaselineParams:
+        return BaselineParams.from_mapping(params)
+
+    def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         return non_private_cost(self.name, self.parse_params(params).to_dict())
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+    def classify(
+        self,
+        lm: LanguageModel,
+        exemplars: Sequence[Any],
+        query: str,
+        labels: Sequence[str],
+        template: Any = None,
+        params: ParamsArg = None,
+        rng: np.random.Generator | None = None,
+    ) -> ClassificationResult:
         p = self.parse_params(params)
         ex = normalize_exemplars(exemplars)
         if not ex:
@@ -103,10 +133,19 @@ class SyntheticICL(ICL):
 
     name = "synthetic_icl"
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         return synthetic_cost(self.parse_params(params).to_dict())
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+    def classify(
+        self,
+        lm: LanguageModel,
+        exemplars: Sequence[Any],
+        query: str,
+        labels: Sequence[str],
+        template: Any = None,
+        params: ParamsArg = None,
+        rng: np.random.Generator | None = None,
+    ) -> ClassificationResult:
         res = super().classify(lm, exemplars, query, labels, template, params, rng)
         return ClassificationResult(res.label, res.label_index, self.name, self.cost(params), res.internals,
                                     res.distribution)

@@ -38,7 +38,7 @@ is therefore the same for every k (docs/generation.md, "Public candidate sets").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import logsumexp
@@ -63,6 +63,9 @@ from app.privacy.accountant import ClipSoftmaxEvent, RdpAccountant
 from app.privacy.adjacency import Adjacency
 from app.privacy.calibration import calibrate_clip_softmax
 from app.privacy.errors import PrivacyInputError
+
+if TYPE_CHECKING:
+    from app.llm.types import Embedder, LanguageModel
 
 NAME = "clip_softmax"
 PARAMS = ("prompts", "shots_per_prompt", "clip", "temperature", "solve_for", "public_top_k")
@@ -169,10 +172,18 @@ def accountant(clip: float, prompts: int, temperature: float, tokens: int) -> Rd
     return acc.compose(ClipSoftmaxEvent(clip=clip, batch_size=prompts, temperature=temperature, count=tokens))
 
 
+def _pure_epsilon(acc: RdpAccountant) -> float:
+    """The history's total pure epsilon: clip-softmax tokens are pure DP, so it is always defined."""
+    eps = acc.pure_epsilon
+    if eps is None:  # unreachable: every ClipSoftmaxEvent has a pure-DP bound
+        raise RuntimeError("clip-softmax accounting has no pure-DP bound")
+    return float(eps)
+
+
 def epsilon_of(clip: float, prompts: int, temperature: float, tokens: int, delta: float) -> float:
     acc = accountant(clip, prompts, temperature, tokens)
     if delta <= 0.0:
-        return float(acc.pure_epsilon)
+        return _pure_epsilon(acc)
     return acc.get_epsilon(delta)
 
 
@@ -242,12 +253,12 @@ def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
             raise MechanismParamError("solve_for clip needs a temperature", param="params.temperature")
         if p.given("clip"):
             raise MechanismParamError("clip is what solve_for clip calibrates: leave it out", param="params.clip")
-        tau = p.positive("temperature", None)
+        tau = p.given_positive("temperature")
         c = calibrate_clip(eps, req.delta, tau, s, req.max_tokens)
         return ClipSoftmaxConfig(s, k, c, tau, req.max_tokens, True, top_k)
     c = p.positive("clip", DEFAULT_CLIP)
     if p.given("temperature"):
-        tau = p.positive("temperature", None)
+        tau = p.given_positive("temperature")
         got = epsilon_of(c, s, tau, req.max_tokens, req.delta)
         if got > eps * (1 + 1e-9):
             raise MechanismParamError(
@@ -266,15 +277,21 @@ def privacy(cfg: ClipSoftmaxConfig, req: GenerationRequest) -> dict[str, Any]:
         d = cost.to_dict()
     else:
         d = acc.privacy_cost(1e-10, NAME, cfg.to_dict()).to_dict()
-        d.update(epsilon=float(acc.pure_epsilon), delta=0.0, alpha=None, method="basic")
+        d.update(epsilon=_pure_epsilon(acc), delta=0.0, alpha=None, method="basic")
     # The sensitivity basis is the same under either adjacency (module doc); label the caller's.
     d["adjacency"] = sens.parse_adjacency(req.adjacency).value
     d["is_private"] = True
     return d
 
 
-def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
-        *, reencode: bool = False) -> GenerationResult:
+def run(
+    req: GenerationRequest,
+    lm: LanguageModel,
+    embedder: Embedder | None = None,
+    rng: np.random.Generator | None = None,
+    *,
+    reencode: bool = False,
+) -> GenerationResult:
     cfg = configure(req)
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.prompts, cfg.shots_per_prompt, g)

@@ -30,7 +30,7 @@ the noisy sum.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import GaussianEvent
 from app.privacy.calibration import calibrate_gaussian
 from app.privacy.errors import PrivacyInputError
+
+if TYPE_CHECKING:
+    from app.llm.types import Embedder, LanguageModel
 
 NAME = "esa"
 PARAMS = (
@@ -181,7 +184,7 @@ def configure(req: GenerationRequest) -> ESAConfig:
     change = sens.unit_change(req.adjacency, exemplars_per_unit=k, uses_every_exemplar=False)
     s = mean_sensitivity(t, clip_norm, change)
     if p.given("sigma"):
-        noise = noise_for_sigma(p.positive("sigma", None), delta, s)
+        noise = noise_for_sigma(p.given_positive("sigma"), delta, s)
         if noise.epsilon > eps * (1 + 1e-9):
             raise MechanismParamError(
                 f"sigma gives epsilon {noise.epsilon:.4g} > the budget {eps:g} at delta {delta:g}", param="params.sigma"
@@ -207,7 +210,9 @@ def privacy(cfg: ESAConfig, req: GenerationRequest) -> dict[str, Any]:
     )
 
 
-def run(req: GenerationRequest, lm: Any, embedder: Any, rng: np.random.Generator | None = None) -> GenerationResult:
+def run(
+    req: GenerationRequest, lm: LanguageModel, embedder: Embedder | None, rng: np.random.Generator | None = None
+) -> GenerationResult:
     if embedder is None:
         raise MechanismParamError("esa needs an embedder model", param="embedder")
     cfg = configure(req)

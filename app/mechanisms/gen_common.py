@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, overload
 
 import numpy as np
 
 from app.mechanisms.errors import MechanismParamError
 from app.privacy.adjacency import Adjacency
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 Exemplar = tuple[str, str]  # (input, output)
 
@@ -214,12 +217,31 @@ class Params:
     def given(self, name: str) -> bool:
         return self._raw.get(name) is not None
 
+    @overload
+    def positive(self, name: str, default: float, upper: float | None = None) -> float: ...
+
+    @overload
+    def positive(self, name: str, default: None, upper: float | None = None) -> float | None: ...
+
     def positive(self, name: str, default: float | None, upper: float | None = None) -> float | None:
         v = self.get(name, default)
         return None if v is None else check_positive(v, f"params.{name}", upper=upper)
 
+    def given_positive(self, name: str, upper: float | None = None) -> float:
+        """:meth:`positive` of a parameter the caller has checked is :meth:`given` (no default)."""
+        v = self.positive(name, None, upper)
+        if v is None:
+            raise MechanismParamError("is required here", param=f"params.{name}")
+        return v
+
     def fraction(self, name: str, default: float) -> float:
         return check_fraction(self.get(name, default), f"params.{name}")
+
+    @overload
+    def count(self, name: str, default: int, minimum: int = 1, maximum: int | None = None) -> int: ...
+
+    @overload
+    def count(self, name: str, default: None, minimum: int = 1, maximum: int | None = None) -> int | None: ...
 
     def count(self, name: str, default: int | None, minimum: int = 1, maximum: int | None = None) -> int | None:
         v = self.get(name, default)
@@ -316,7 +338,7 @@ def _user_text(template: PromptTemplate, text: str) -> str:
     return f"{template.input_prefix} {text}".strip() if template.input_prefix else text
 
 
-def uses_chat(lm: Any) -> bool:
+def uses_chat(lm: LanguageModel) -> bool:
     try:
         return bool(lm.capabilities().chat_template)
     except Exception:  # a test double without capabilities
@@ -324,7 +346,7 @@ def uses_chat(lm: Any) -> bool:
 
 
 def build_prompt(
-    lm: Any,
+    lm: LanguageModel,
     template: PromptTemplate,
     shots: Sequence[Exemplar],
     query: str,
@@ -338,7 +360,7 @@ def build_prompt(
     if extra_instruction:
         instruction = f"{instruction} {extra_instruction}"
     if uses_chat(lm):
-        msgs: list[dict] = [{"role": "system", "content": instruction}]
+        msgs: list[dict[str, str]] = [{"role": "system", "content": instruction}]
         for x, y in shots:
             msgs.append({"role": "user", "content": _user_text(template, x)})
             msgs.append({"role": "assistant", "content": y})
@@ -353,7 +375,7 @@ def build_prompt(
     return "\n".join(blocks)
 
 
-def stop_strings(lm: Any) -> list[str] | None:
+def stop_strings(lm: LanguageModel) -> list[str] | None:
     """Plain-text prompts end an answer at the next line; chat prompts end at EOS."""
     return None if uses_chat(lm) else ["\n"]
 

@@ -27,27 +27,23 @@ from __future__ import annotations
 import inspect
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.lm import DecodingModel, StepSession, supports_decoding
 
-
-class StepSession(Protocol):
-    @property
-    def logits(self) -> np.ndarray: ...
-
-    def step(self, tokens: int) -> np.ndarray: ...
-
-    def close(self) -> None: ...
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 
 class ReencodeSession:
     """Same interface as the KV-cached session, but every step re-encodes each full sequence
     (prompt + released tokens) with a fresh ``start_decode``: no KV reuse across steps."""
 
-    def __init__(self, lm: Any, prompts: Sequence[str]):
+    def __init__(self, lm: DecodingModel, prompts: Sequence[str]) -> None:
         self._lm = lm
         self._rows = [list(lm.tokenize(p)) for p in prompts]
         self._logits = self._encode()
@@ -78,20 +74,28 @@ class ReencodeSession:
         self._rows = []
 
 
-def open_session(lm: Any, prompts: Sequence[str], *, reencode: bool = False, fresh: bool = False) -> StepSession:
-    """``fresh``: the backend's cross-call prefix cache is neither read nor filled (where the backend
-    offers it), so the logits depend on these prompts alone."""
-    if not hasattr(lm, "start_decode"):
+def decoding_model(lm: LanguageModel) -> DecodingModel:
+    """``lm`` itself, as a model with incremental decoding; raises naming ``model`` when it has none."""
+    if not supports_decoding(lm):
         raise MechanismParamError(
             f"model {getattr(lm, 'name', '?')!r} has no incremental decoding (full-vocabulary logits per step); "
             "token-level mechanisms need the hf backend",
             param="model",
         )
+    return lm
+
+
+def open_session(
+    lm: LanguageModel, prompts: Sequence[str], *, reencode: bool = False, fresh: bool = False
+) -> StepSession:
+    """``fresh``: the backend's cross-call prefix cache is neither read nor filled (where the backend
+    offers it), so the logits depend on these prompts alone."""
+    dm = decoding_model(lm)
     if reencode:
-        return ReencodeSession(lm, prompts)
-    if fresh and "reuse_prefix" in inspect.signature(lm.start_decode).parameters:
-        return lm.start_decode(list(prompts), reuse_prefix=False)
-    return lm.start_decode(list(prompts))
+        return ReencodeSession(dm, prompts)
+    if fresh and "reuse_prefix" in inspect.signature(dm.start_decode).parameters:
+        return dm.start_decode(list(prompts), reuse_prefix=False)
+    return dm.start_decode(list(prompts))
 
 
 @dataclass
@@ -107,11 +111,11 @@ class DecodeOutcome:
 ChooseFn = Callable[..., "tuple[int, dict[str, Any]]"]
 
 
-def eos_ids(lm: Any) -> frozenset[int]:
+def eos_ids(lm: object) -> frozenset[int]:
     return frozenset(int(t) for t in getattr(lm, "eos_token_ids", ()) or ())
 
 
-def public_candidates(public_logits: np.ndarray, k: int, always: Sequence[int] = ()) -> np.ndarray:
+def public_candidates(public_logits: npt.ArrayLike, k: int, always: Sequence[int] = ()) -> npt.NDArray[np.int64]:
     """The k highest-scoring token ids of the PUBLIC row (ties to the lower id), plus ``always``
     (EOS, so an answer can end), sorted ascending. Reads nothing but its arguments: a caller
     passes the zero-shot row only, never a row built from exemplars."""
@@ -122,7 +126,7 @@ def public_candidates(public_logits: np.ndarray, k: int, always: Sequence[int] =
     return np.unique(np.concatenate([top.astype(np.int64), np.asarray(extra, dtype=np.int64)]))
 
 
-def restrict(scores: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
+def restrict(scores: np.ndarray, candidates: npt.NDArray[np.integer[Any]] | None) -> np.ndarray:
     """``scores`` with every token outside ``candidates`` set to -inf (no mass there after
     softmax / Gumbel-max); ``candidates`` None leaves the full vocabulary."""
     if candidates is None:
@@ -133,7 +137,7 @@ def restrict(scores: np.ndarray, candidates: np.ndarray | None) -> np.ndarray:
 
 
 def decode(
-    lm: Any,
+    lm: LanguageModel,
     prompts: Sequence[str],
     choose: ChooseFn,
     max_tokens: int,
@@ -148,6 +152,7 @@ def decode(
     With ``public_prompt``, that prompt is decoded in a session of its own (it receives the
     same released tokens) and ``choose(logits, public_logits)`` is called with the s private
     rows and the public row."""
+    dm = decoding_model(lm)  # raises before any model call when ``lm`` cannot decode step by step
     eos = eos_ids(lm) if stop_at_eos else frozenset()
     t0 = time.perf_counter()
     sess = open_session(lm, list(prompts), reencode=reencode)
@@ -167,14 +172,14 @@ def decode(
         logits = sess.logits
         pub_logits = None if pub is None else pub.logits
         for i in range(max_tokens):
-            tok, info = choose(logits) if pub is None else choose(logits, pub_logits[0])
+            tok, info = choose(logits) if pub_logits is None else choose(logits, pub_logits[0])
             steps.append(info)
             if tok in eos:
                 finish = "stop"
                 break
             out.append(int(tok))
             if stops:
-                text = lm.detokenize(out)
+                text = dm.detokenize(out)
                 cut = min((j for j in (text.find(s) for s in stops) if j >= 0), default=-1)
                 if cut >= 0:
                     finish, text_cut = "stop", text[:cut]
@@ -190,5 +195,5 @@ def decode(
         sess.close()
         if pub is not None:
             pub.close()
-    text = text_cut if text_cut is not None else lm.detokenize(out)
+    text = text_cut if text_cut is not None else dm.detokenize(out)
     return DecodeOutcome(out, text, finish, steps, timings, prefill)

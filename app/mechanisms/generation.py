@@ -14,7 +14,7 @@ prompt: no guarantee; never served over the private API).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -31,7 +31,13 @@ from app.mechanisms.gen_common import (
 )
 from app.mechanisms.rng import resolve_rng
 
-RunFn = Callable[[GenerationRequest, Any, Any, "np.random.Generator | None"], GenerationResult]
+if TYPE_CHECKING:
+    from app.llm.types import Embedder, LanguageModel
+
+RunFn = Callable[
+    [GenerationRequest, "LanguageModel", "Embedder | None", "np.random.Generator | None"], GenerationResult
+]
+"""``(request, model, embedder, rng) -> result``: one answer of a generation mechanism."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class GenerationMechanism:
     params: tuple[str, ...]
     run: RunFn
     configure: Callable[[GenerationRequest], Any] | None = None  # validates params / calibrates, no model call
-    privacy: Callable[[Any, GenerationRequest], dict] | None = None  # (config, request) -> cost dict
+    privacy: Callable[[Any, GenerationRequest], dict[str, Any]] | None = None  # (config, request) -> cost dict
     description: str = ""
 
     def cost(self, req: GenerationRequest) -> dict[str, Any]:
@@ -79,7 +85,12 @@ def _non_private(name: str, params: dict[str, Any], epsilon: float | None) -> di
     }
 
 
-def run_zero_shot(req: GenerationRequest, lm: Any, embedder: Any = None, rng=None) -> GenerationResult:
+def run_zero_shot(
+    req: GenerationRequest,
+    lm: LanguageModel,
+    embedder: Embedder | None = None,
+    rng: np.random.Generator | None = None,
+) -> GenerationResult:
     p = Params(req.params, BASELINE_PARAMS)
     temp = p.nonnegative("temperature", 0.0)
     g = resolve_rng(rng)
@@ -91,7 +102,7 @@ def run_zero_shot(req: GenerationRequest, lm: Any, embedder: Any = None, rng=Non
                             {}, out.finish_reason, len(out.token_ids))
 
 
-def _fitting_shots(lm: Any, req: GenerationRequest, perm: list[int]) -> int:
+def _fitting_shots(lm: LanguageModel, req: GenerationRequest, perm: list[int]) -> int:
     try:
         limit = lm.capabilities().max_context
     except Exception:
@@ -112,7 +123,12 @@ def _fitting_shots(lm: Any, req: GenerationRequest, perm: list[int]) -> int:
     return lo
 
 
-def run_full_context(req: GenerationRequest, lm: Any, embedder: Any = None, rng=None) -> GenerationResult:
+def run_full_context(
+    req: GenerationRequest,
+    lm: LanguageModel,
+    embedder: Embedder | None = None,
+    rng: np.random.Generator | None = None,
+) -> GenerationResult:
     """All exemplars (or ``shots`` of them, chosen at random) in one prompt: no guarantee."""
     p = Params(req.params, BASELINE_PARAMS)
     temp = p.nonnegative("temperature", 0.0)
@@ -180,7 +196,7 @@ def generation_mechanism_names() -> list[str]:
     return sorted(GENERATION_MECHANISMS)
 
 
-def generate(mechanism: str, req: GenerationRequest, lm: Any, embedder: Any = None,
+def generate(mechanism: str, req: GenerationRequest, lm: LanguageModel, embedder: Embedder | None = None,
              rng: np.random.Generator | None = None) -> GenerationResult:
     """One private answer: the single function a budget ledger wraps."""
     mech = get_generation_mechanism(mechanism)

@@ -41,7 +41,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 from scipy.stats import norm
@@ -66,6 +66,9 @@ from app.mechanisms.gen_common import (
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import ExponentialMechanismEvent, GaussianEvent, PrivacyCost, RdpAccountant
 from app.privacy.gaussian import gaussian_epsilon, gaussian_sigma_analytic
+
+if TYPE_CHECKING:
+    from app.llm.types import Embedder, LanguageModel
 
 NAME = "ksa"
 PARAMS = (
@@ -103,27 +106,27 @@ def keywords(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS}
 
 
-def keyword_histogram(answers: Iterable[str]) -> Counter:
+def keyword_histogram(answers: Iterable[str]) -> Counter[str]:
     """How many answers use each keyword (each answer counts a keyword once)."""
-    hist: Counter = Counter()
+    hist: Counter[str] = Counter()
     for a in answers:
         hist.update(keywords(a))
     return hist
 
 
-def sorted_counts(hist: Counter, k_max: int) -> np.ndarray:
+def sorted_counts(hist: Counter[str], k_max: int) -> np.ndarray:
     """c_(1) >= ... >= c_(k_max + 1), zero-padded."""
     c = sorted(hist.values(), reverse=True)[: k_max + 1]
     return np.asarray(c + [0] * (k_max + 1 - len(c)), dtype=float)
 
 
-def count_gaps(hist: Counter, k_max: int) -> np.ndarray:
+def count_gaps(hist: Counter[str], k_max: int) -> np.ndarray:
     """d_k = c_(k) - c_(k+1) for k = 1..k_max (index k - 1)."""
     c = sorted_counts(hist, k_max)
     return c[:-1] - c[1:]
 
 
-def top_keywords(hist: Counter, k: int) -> list[str]:
+def top_keywords(hist: Counter[str], k: int) -> list[str]:
     """The k most used keywords, released in alphabetical order: the set is what PTR makes
     stable, not the ranking inside it."""
     ranked = sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
@@ -268,7 +271,9 @@ def configure(req: GenerationRequest) -> KSAConfig:
         if not (p.given("epsilon_em") and p.given("noise_multiplier")):
             missing = "noise_multiplier" if p.given("epsilon_em") else "epsilon_em"
             raise MechanismParamError("give both epsilon_em and noise_multiplier, or neither", param=f"params.{missing}")
-        b = budget_for(p.positive("epsilon_em", None), p.positive("noise_multiplier", None), delta, req.adjacency, f_delta)
+        b = budget_for(
+            p.given_positive("epsilon_em"), p.given_positive("noise_multiplier"), delta, req.adjacency, f_delta
+        )
         if b.epsilon > eps * (1 + 1e-9):
             raise MechanismParamError(
                 f"epsilon_em and noise_multiplier cost epsilon {b.epsilon:.4g} > the budget {eps:g}",
@@ -324,7 +329,12 @@ def keyword_instruction(words: Sequence[str]) -> str:
     return "Use the following word suggestions: [" + ", ".join(words) + "]."
 
 
-def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None) -> GenerationResult:
+def run(
+    req: GenerationRequest,
+    lm: LanguageModel,
+    embedder: Embedder | None = None,
+    rng: np.random.Generator | None = None,
+) -> GenerationResult:
     cfg = configure(req)
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.partitions, cfg.shots_per_partition, g)

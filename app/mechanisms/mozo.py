@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import log_softmax, logsumexp
@@ -86,6 +86,9 @@ from app.mechanisms.gen_common import (
 from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
 from app.mechanisms.poe_decode import bounded_range_privacy, resolve_epsilon_per_token
 from app.mechanisms.rng import resolve_rng
+
+if TYPE_CHECKING:
+    from app.llm.types import Embedder, LanguageModel
 
 NAME = "mozo"
 PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k")
@@ -256,8 +259,14 @@ def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
     return choose
 
 
-def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
-        *, reencode: bool = False) -> GenerationResult:
+def run(
+    req: GenerationRequest,
+    lm: LanguageModel,
+    embedder: Embedder | None = None,
+    rng: np.random.Generator | None = None,
+    *,
+    reencode: bool = False,
+) -> GenerationResult:
     cfg = configure(req)
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)

@@ -19,27 +19,32 @@ so lam = eps/c or eps/(2c) gives pure eps-DP, and both are tight.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from app.mechanisms import aggregate as agg
 from app.mechanisms import sensitivity as sens
 from app.mechanisms._cost import cost_dict
+from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.base import (
     ClassificationResult,
+    IndexUnits,
     Mechanism,
     MechanismParams,
+    ParamsArg,
     check_int,
     check_labels,
     check_number,
-    check_query,
-    normalize_exemplars,
     register,
 )
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import ExponentialMechanismEvent
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 # Chosen by the sweep ``benchmarks/bench_classify.py sweep-clip --calibrate`` on validation queries of
 # the bundled task (docs/mechanisms.md): the best mean accuracy over T in {4, 8}, eps in {1, 2, 4, 8},
@@ -90,12 +95,19 @@ def resolve_experts(p: PoEParams, n: int) -> int:
     return e
 
 
+def _clip(p: PoEParams) -> float:
+    """c: ``PoEParams.__post_init__`` replaces a None clip by its default, so a built params has a number."""
+    if p.clip is None:  # unreachable for a constructed PoEParams
+        raise MechanismParamError("must be a number", param="clip")
+    return p.clip
+
+
 def unit_change(p: PoEParams) -> sens.UnitChange:
     return sens.unit_change(p.adjacency, exemplars_per_unit=p.group_size, uses_every_exemplar=p.experts is None)
 
 
 def inverse_temperature(p: PoEParams) -> float:
-    return sens.poe_inverse_temperature(p.epsilon, p.clip, unit_change(p))
+    return sens.poe_inverse_temperature(p.epsilon, _clip(p), unit_change(p))
 
 
 class PoE(Mechanism):
@@ -103,7 +115,10 @@ class PoE(Mechanism):
     is_private = True
     params_type = PoEParams
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def parse_params(self, params: ParamsArg) -> PoEParams:
+        return PoEParams.from_mapping(params)
+
+    def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         p = self.parse_params(params)
         if n_exemplars is not None:
             resolve_experts(p, n_exemplars)  # validates experts x group_size <= n
@@ -116,7 +131,7 @@ class PoE(Mechanism):
         d = p.to_dict()
         d.update(
             inverse_temperature=inverse_temperature(p),
-            utility_range=sens.poe_utility_range(p.clip, change),
+            utility_range=sens.poe_utility_range(_clip(p), change),
             unit_change=change.value,
         )
         return cost_dict(
@@ -129,18 +144,34 @@ class PoE(Mechanism):
             method="pure-exponential",
         )
 
-    def _draw(self, label_probs, labs, p: PoEParams, n_exemplars: int, rng, size):
+    def _draw(
+        self,
+        label_probs: npt.ArrayLike,
+        labs: Sequence[str],
+        p: PoEParams,
+        n_exemplars: int,
+        rng: np.random.Generator | None,
+        size: int | None,
+    ) -> tuple[FloatArray, FloatArray, FloatArray, float, FloatArray, IntArray | int]:
         resolve_experts(p, n_exemplars)
         probs = np.asarray(label_probs, dtype=float)
         if probs.ndim != 2 or probs.shape[1] != len(labs) or probs.shape[0] < 1:
             raise MechanismParamError(f"label_probs must be (experts, {len(labs)}), got {probs.shape}", param="label_probs")
-        clipped = agg.clipped_log_probs(probs, p.clip)
+        clipped = agg.clipped_log_probs(probs, _clip(p))
         utility = clipped.sum(axis=0)
         lam = inverse_temperature(p)
         idx, noisy = agg.exponential_mechanism_sample(utility, lam, resolve_rng(rng), size)
         return probs, clipped, utility, lam, noisy, idx
 
-    def sample_labels(self, label_probs, labels, params, n_exemplars: int, rng=None, size: int | None = None):
+    def sample_labels(
+        self,
+        label_probs: npt.ArrayLike,
+        labels: Sequence[str],
+        params: ParamsArg,
+        n_exemplars: int,
+        rng: np.random.Generator | None = None,
+        size: int | None = None,
+    ) -> IntArray | int:
         """``size`` independent releases for the same experts' label distributions (the code
         path of :meth:`release`, vectorised; audits, tests)."""
         p = self.parse_params(params)
@@ -148,19 +179,20 @@ class PoE(Mechanism):
 
     def release(
         self,
-        label_probs: np.ndarray,
+        label_probs: npt.ArrayLike,
         labels: Sequence[str],
-        params: "Mapping[str, Any] | PoEParams | None",
+        params: ParamsArg,
         n_exemplars: int,
         rng: np.random.Generator | None = None,
-        experts: Sequence[Sequence[int]] | None = None,
+        experts: IndexUnits | None = None,
     ) -> ClassificationResult:
         """The private step alone, from the experts' label distributions (E, K)."""
         p = self.parse_params(params)
         labs = check_labels(labels)
-        probs, clipped, utility, lam, noisy, idx = self._draw(label_probs, labs, p, n_exemplars, rng, None)
+        probs, clipped, utility, lam, noisy, drawn = self._draw(label_probs, labs, p, n_exemplars, rng, None)
+        idx = int(drawn)  # one draw (size None): a scalar index
         dist = agg.exponential_mechanism_distribution(utility, lam)
-        internals = {
+        internals: dict[str, Any] = {
             "clipped_utility_sums": utility,
             "expert_clipped_log_probs": clipped,
             "expert_label_probs": probs,
@@ -178,18 +210,26 @@ class PoE(Mechanism):
             dict(zip(labs, map(float, dist))),
         )
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+    def classify(
+        self,
+        lm: LanguageModel,
+        exemplars: Sequence[Any],
+        query: str,
+        labels: Sequence[str],
+        template: Any = None,
+        params: ParamsArg = None,
+        rng: np.random.Generator | None = None,
+    ) -> ClassificationResult:
         from app.mechanisms import _icl
 
         p = self.parse_params(params)
-        ex = normalize_exemplars(exemplars)
-        labs = check_labels(labels)
-        q = check_query(query)
-        e = resolve_experts(p, len(ex))
-        g = resolve_rng(rng)
-        units = _icl.partition(len(ex), e, p.group_size, g)
-        probs = _icl.unit_label_probs(lm, ex, units, q, labs, template, calibrate=p.calibrate)
-        return self.release(probs, labs, p, len(ex), g, experts=units)
+        return _icl.classify_by_units(
+            lm, exemplars, query, labels, template, rng,
+            unit_count=lambda n: resolve_experts(p, n),
+            per_unit=p.group_size,
+            calibrate=p.calibrate,
+            release=lambda probs, labs, n, g, units: self.release(probs, labs, p, n, g, experts=units),
+        )
 
 
 register(PoE())

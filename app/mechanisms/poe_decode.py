@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import log_softmax, logsumexp
@@ -62,6 +62,9 @@ from app.mechanisms.gen_decode import decode, eos_ids, restrict
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import PrivacyCost, RdpAccountant, RDPCurveEvent
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_pure_dp, rdp_zcdp
+
+if TYPE_CHECKING:
+    from app.llm.types import Embedder, LanguageModel
 
 NAME = "poe"
 PARAMS = ("experts", "group_size", "clip", "epsilon_per_token", "public_top_k")
@@ -220,8 +223,14 @@ def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
     return bounded_range_privacy(cfg.epsilon_per_token, cfg.tokens, req.delta, req.adjacency, NAME, cfg.to_dict())
 
 
-def run(req: GenerationRequest, lm: Any, embedder: Any = None, rng: np.random.Generator | None = None,
-        *, reencode: bool = False) -> GenerationResult:
+def run(
+    req: GenerationRequest,
+    lm: LanguageModel,
+    embedder: Embedder | None = None,
+    rng: np.random.Generator | None = None,
+    *,
+    reencode: bool = False,
+) -> GenerationResult:
     cfg = configure(req)
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)

@@ -24,23 +24,25 @@ Noise:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from app.mechanisms import aggregate as agg
 from app.mechanisms import sensitivity as sens
 from app.mechanisms._cost import cost_dict
+from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.base import (
     ClassificationResult,
+    IndexUnits,
     Mechanism,
     MechanismParams,
+    ParamsArg,
     check_choice,
     check_int,
     check_labels,
     check_number,
-    check_query,
-    normalize_exemplars,
     register,
 )
 from app.mechanisms.errors import MechanismParamError
@@ -48,6 +50,9 @@ from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import DpEvent, ExponentialMechanismEvent, GaussianEvent, PureDPEvent
 from app.privacy.calibration import calibrate_gaussian
 from app.privacy.errors import PrivacyInputError
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 NOISES = ("gaussian", "laplace", "gumbel")
 CALIBRATIONS = ("analytic", "classical")
@@ -161,7 +166,7 @@ def plan_noise(p: RNMParams, n: int) -> NoisePlan:
     return NoisePlan("gumbel", b, p.epsilon, 0.0, change, l2, t, "pure-exponential", ExponentialMechanismEvent(p.epsilon))
 
 
-def noisy_votes(votes, plan: NoisePlan, rng: np.random.Generator, size: int | None = None) -> np.ndarray:
+def noisy_votes(votes: npt.ArrayLike, plan: NoisePlan, rng: np.random.Generator, size: int | None = None) -> FloatArray:
     """Clean votes plus the plan's noise on every count (``size`` independent draws)."""
     if plan.noise == "gaussian":
         return agg.gaussian_noise(votes, plan.scale, rng, size)
@@ -170,7 +175,7 @@ def noisy_votes(votes, plan: NoisePlan, rng: np.random.Generator, size: int | No
     return agg.gumbel_noise(votes, plan.scale, rng, size)
 
 
-def exact_distribution(votes, plan: NoisePlan) -> np.ndarray:
+def exact_distribution(votes: npt.ArrayLike, plan: NoisePlan) -> FloatArray:
     """Exact law of the released label given the clean votes."""
     if plan.noise == "gaussian":
         return agg.gaussian_rnm_distribution(votes, plan.scale)
@@ -184,7 +189,10 @@ class RNM(Mechanism):
     is_private = True
     params_type = RNMParams
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def parse_params(self, params: ParamsArg) -> RNMParams:
+        return RNMParams.from_mapping(params)
+
+    def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         p = self.parse_params(params)
         if n_exemplars is None:  # the noise does not depend on n; n only validates the partitioning
             n_exemplars = (p.partitions or 1) * p.shots_per_partition
@@ -202,7 +210,15 @@ class RNM(Mechanism):
             method=plan.method,
         )
 
-    def _draw(self, label_probs, labs, p: RNMParams, n_exemplars: int, rng, size):
+    def _draw(
+        self,
+        label_probs: npt.ArrayLike,
+        labs: Sequence[str],
+        p: RNMParams,
+        n_exemplars: int,
+        rng: np.random.Generator | None,
+        size: int | None,
+    ) -> tuple[NoisePlan, FloatArray, FloatArray, FloatArray, IntArray | int]:
         plan = plan_noise(p, n_exemplars)
         probs = np.asarray(label_probs, dtype=float)
         if probs.ndim != 2 or probs.shape[1] != len(labs) or probs.shape[0] < 1:
@@ -211,7 +227,15 @@ class RNM(Mechanism):
         noisy = noisy_votes(votes, plan, resolve_rng(rng), size)
         return plan, probs, votes, noisy, agg.noisy_argmax(noisy)
 
-    def sample_labels(self, label_probs, labels, params, n_exemplars: int, rng=None, size: int | None = None):
+    def sample_labels(
+        self,
+        label_probs: npt.ArrayLike,
+        labels: Sequence[str],
+        params: ParamsArg,
+        n_exemplars: int,
+        rng: np.random.Generator | None = None,
+        size: int | None = None,
+    ) -> IntArray | int:
         """``size`` independent releases (label indices) for the same partitions' label
         distributions: the code path of :meth:`release`, vectorised (audits, tests)."""
         p = self.parse_params(params)
@@ -219,22 +243,23 @@ class RNM(Mechanism):
 
     def release(
         self,
-        label_probs: np.ndarray,
+        label_probs: npt.ArrayLike,
         labels: Sequence[str],
-        params: "Mapping[str, Any] | RNMParams | None",
+        params: ParamsArg,
         n_exemplars: int,
         rng: np.random.Generator | None = None,
-        partitions: Sequence[Sequence[int]] | None = None,
+        partitions: IndexUnits | None = None,
     ) -> ClassificationResult:
         """The private step alone, from the partitions' label distributions (T, K): votes,
         noise, argmax. ``classify`` = partition + one batched model call + ``release``."""
         p = self.parse_params(params)
         labs = check_labels(labels)
-        plan, probs, votes, noisy, idx = self._draw(label_probs, labs, p, n_exemplars, rng, None)
+        plan, probs, votes, noisy, drawn = self._draw(label_probs, labs, p, n_exemplars, rng, None)
+        idx = int(drawn)  # one draw (size None): a scalar index
         dist = None
         if p.exact_distribution or plan.noise == "gumbel":
             dist = dict(zip(labs, map(float, exact_distribution(votes, plan))))
-        internals = {
+        internals: dict[str, Any] = {
             "clean_votes": votes,
             "noisy_votes": noisy,
             "noise": plan.noise,
@@ -247,18 +272,26 @@ class RNM(Mechanism):
             internals["partitions"] = [list(map(int, u)) for u in partitions]
         return ClassificationResult(labs[idx], idx, self.name, self._cost(plan, p), internals, dist)
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None) -> ClassificationResult:
+    def classify(
+        self,
+        lm: LanguageModel,
+        exemplars: Sequence[Any],
+        query: str,
+        labels: Sequence[str],
+        template: Any = None,
+        params: ParamsArg = None,
+        rng: np.random.Generator | None = None,
+    ) -> ClassificationResult:
         from app.mechanisms import _icl
 
         p = self.parse_params(params)
-        ex = normalize_exemplars(exemplars)
-        labs = check_labels(labels)
-        q = check_query(query)
-        t = resolve_partitions(p, len(ex))
-        g = resolve_rng(rng)
-        units = _icl.partition(len(ex), t, p.shots_per_partition, g)
-        probs = _icl.unit_label_probs(lm, ex, units, q, labs, template, calibrate=p.calibrate)
-        return self.release(probs, labs, p, len(ex), g, partitions=units)
+        return _icl.classify_by_units(
+            lm, exemplars, query, labels, template, rng,
+            unit_count=lambda n: resolve_partitions(p, n),
+            per_unit=p.shots_per_partition,
+            calibrate=p.calibrate,
+            release=lambda probs, labs, n, g, units: self.release(probs, labs, p, n, g, partitions=units),
+        )
 
 
 register(RNM())

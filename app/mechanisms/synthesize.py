@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.special import logsumexp
@@ -58,6 +58,9 @@ from app.privacy.accountant import GaussianEvent
 from app.privacy.adjacency import Adjacency
 from app.privacy.calibration import calibrate_gaussian
 from app.privacy.errors import PrivacyInputError
+
+if TYPE_CHECKING:
+    from app.llm.types import LanguageModel
 
 NAME = "dp_few_shot_generation"
 SENSITIVITY = math.sqrt(2.0)  # L2 change of a sum of probability vectors when one vector changes
@@ -260,7 +263,7 @@ class SynthesisResult:
 
 
 def synthesize(
-    lm: Any,
+    lm: LanguageModel,
     exemplars: Sequence[tuple[str, str]],
     cfg: SynthesisConfig,
     *,
@@ -300,6 +303,8 @@ def synthesize(
                     on_step()
                 cand = None
                 if cfg.public_top_k is not None:
+                    if public_logits is None:  # unreachable: decode passes the public row when public_prompt is set
+                        raise RuntimeError("public_top_k needs the public prompt's logits")
                     cand = public_candidates(public_logits, cfg.public_top_k, eos)
                 s = aggregate(logits, cand)
                 j = release(s, cfg.sigma, g)

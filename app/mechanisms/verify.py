@@ -19,18 +19,19 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from app.privacy.empirical import clopper_pearson_lower, clopper_pearson_upper
 
 
-def _pair(p, q) -> tuple[np.ndarray, np.ndarray]:
+def _pair(p: npt.ArrayLike, q: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     a, b = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"distributions must be 1-d of equal length, got {a.shape} and {b.shape}")
     return a, b
 
 
-def max_log_ratio(p, q) -> float:
+def max_log_ratio(p: npt.ArrayLike, q: npt.ArrayLike) -> float:
     """Exact pure-DP privacy loss between two output laws: max over labels of
     |log p(y) - log q(y)| (inf when one law puts mass where the other puts none)."""
     a, b = _pair(p, q)
@@ -44,7 +45,7 @@ def max_log_ratio(p, q) -> float:
     return worst
 
 
-def hockey_stick(p, q, epsilon: float) -> float:
+def hockey_stick(p: npt.ArrayLike, q: npt.ArrayLike, epsilon: float) -> float:
     """delta(eps) between two output laws, the larger of both directions:
     max_S P(S) - e^eps Q(S) = sum_y max(0, p(y) - e^eps q(y))."""
     a, b = _pair(p, q)
@@ -62,11 +63,11 @@ class SampledBound:
     alpha: float
 
 
-def counts(labels, num_labels: int) -> np.ndarray:
+def counts(labels: npt.ArrayLike, num_labels: int) -> npt.NDArray[np.intp]:
     return np.bincount(np.asarray(labels, dtype=int).ravel(), minlength=num_labels)
 
 
-def sampled_epsilon_lower_bound(counts_p, counts_q, alpha: float = 1e-6) -> SampledBound:
+def sampled_epsilon_lower_bound(counts_p: npt.ArrayLike, counts_q: npt.ArrayLike, alpha: float = 1e-6) -> SampledBound:
     """Lower confidence bound on max_y |log p(y)/q(y)| from label counts of two worlds.
 
     For each label and direction: log(CP_lower(p_y) / CP_upper(q_y)), each one-sided
@@ -86,7 +87,9 @@ def sampled_epsilon_lower_bound(counts_p, counts_q, alpha: float = 1e-6) -> Samp
     return best
 
 
-def sampled_delta_lower_bound(counts_p, counts_q, epsilon: float, event: list[int], alpha: float = 1e-6) -> SampledBound:
+def sampled_delta_lower_bound(
+    counts_p: npt.ArrayLike, counts_q: npt.ArrayLike, epsilon: float, event: list[int], alpha: float = 1e-6
+) -> SampledBound:
     """Lower confidence bound on P(S) - e^eps Q(S) for a fixed output set S (``event``, chosen
     before sampling): CP_lower(P(S)) - e^eps CP_upper(Q(S)), each at level 1 - alpha/2."""
     cp, cq = np.asarray(counts_p, dtype=int), np.asarray(counts_q, dtype=int)
