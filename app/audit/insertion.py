@@ -22,7 +22,7 @@ Exemplar = tuple[str, str]
 INSERTIONS = ("contextleak", "paired")
 
 
-def _as_tuple(e: Sequence[str]) -> Exemplar:
+def exemplar_tuple(e: Sequence[str]) -> Exemplar:
     """The tuple form of an exemplar (JSON gives lists); its items are kept as they are."""
     return cast(Exemplar, tuple(e))
 
@@ -32,7 +32,7 @@ def replace_one(exemplars: Sequence[Exemplar], canary: Exemplar, index: int) -> 
     out = list(exemplars)
     if not 0 <= index < len(out):
         raise ValueError(f"index {index} outside the {len(out)} exemplars")
-    out[index] = _as_tuple(canary)
+    out[index] = exemplar_tuple(canary)
     return out
 
 
@@ -55,7 +55,7 @@ def plan_trials(
     exemplars: Sequence[Exemplar], canary: Exemplar, trials: int, insertion: str, rng: np.random.Generator
 ) -> TrialPlan:
     """``trials`` trials. ``paired``: trials // 2 under each hypothesis (trials rounded down to even)."""
-    ex = [_as_tuple(e) for e in exemplars]
+    ex = [exemplar_tuple(e) for e in exemplars]
     if len(ex) < 1:
         raise ValueError("at least one exemplar is needed")
     if tuple(canary) in ex:
