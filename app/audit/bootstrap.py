@@ -69,8 +69,8 @@ def _counts_white(s_in: np.ndarray, s_out: np.ndarray, tau: float) -> tuple[int,
 
 
 def bootstrap_audit(
-    votes_with: Sequence[Sequence[float]],
-    votes_without: Sequence[Sequence[float]],
+    votes_with: Sequence[Sequence[float]] | np.ndarray,
+    votes_without: Sequence[Sequence[float]] | np.ndarray,
     noise: VotingNoise,
     positive: int,
     negative: int | None,
@@ -107,8 +107,11 @@ def bootstrap_audit(
     est: dict[str, Estimates] = {}
     conv: list[dict[str, Any]] = []
     sizes = _sizes(n_sample) if convergence else [n_sample]
-    rel_in = rel_out = s_in = s_out = None
-    tau = None
+    rel_in: np.ndarray | None = None
+    rel_out: np.ndarray | None = None
+    s_in: np.ndarray | None = None
+    s_out: np.ndarray | None = None
+    tau: float | None = None
     k = 0
     if "black-box" in threat_models:
         rel_in, rel_out = np.argmax(h_in, axis=1), np.argmax(h_out, axis=1)
@@ -127,12 +130,12 @@ def bootstrap_audit(
             assumptions=["bootstrap: the target's noise re-applied to resampled clean votes"])
     for m in sizes:
         row: dict[str, Any] = {"n_sample": m, "n_llm": vw.shape[0] + vo.shape[0]}
-        if rel_in is not None:
+        if rel_in is not None and rel_out is not None:
             e = estimates_from_counts(*_counts_black(rel_in[:m], rel_out[:m], positive), threat_model="black-box",
                                       confidence=confidence, delta=d, epsilon_theory=eps_theory, gdp_applicable=False)
             row["black_box_epsilon_lower"] = e.epsilon_lower
             row["black_box_epsilon_gdp"] = e.epsilon_gdp
-        if s_in is not None:
+        if s_in is not None and s_out is not None and tau is not None:
             # tau from the selection draws; counted on the first m of the held-out draws.
             mm = min(m, n_sample - k)
             e = estimates_from_counts(*_counts_white(s_in[k:k + mm], s_out[k:k + mm], tau), threat_model="white-box",
@@ -155,7 +158,7 @@ def bootstrap_audit(
 
 
 def _sizes(n: int) -> list[int]:
-    out = []
+    out: list[int] = []
     m = 1000
     while m < n:
         out.append(m)
@@ -164,11 +167,13 @@ def _sizes(n: int) -> list[int]:
     return out
 
 
-def _llm_convergence(vw, vo, noise, pos, neg, rng, n_sample, threat_models, confidence, delta, eps_theory,
-                     fraction, objective, statistic) -> list[dict[str, Any]]:
+def _llm_convergence(vw: np.ndarray, vo: np.ndarray, noise: VotingNoise, pos: int, neg: int | None,
+                     rng: np.random.Generator, n_sample: int, threat_models: Sequence[str], confidence: float,
+                     delta: float, eps_theory: float | None, fraction: float, objective: str,
+                     statistic: str) -> list[dict[str, Any]]:
     """The estimate when only the first m clean vectors per hypothesis had been collected
     (tight-auditing Figure 9)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     n = min(vw.shape[0], vo.shape[0])
     ms = sorted({max(2, n // 8), max(2, n // 4), max(2, n // 2)} - {n})
     for m in ms:

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,8 +44,12 @@ from app.audit.estimates import (
     white_box_estimates,
 )
 from app.audit.gen_queries import GenerationAttack, GenerationStrategy, resolve_generation_query
-from app.audit.insertion import paired_contexts, plan_trials
+from app.audit.insertion import Exemplar, exemplar_tuple, paired_contexts, plan_trials
+from app.audit.noise import VotingNoise
 from app.audit.queries import AttackQuery, QueryStrategy, resolve_query
+
+if TYPE_CHECKING:
+    from app.audit.power import PowerReport
 
 Progress = Callable[[float, str], None]
 MODES = ("direct", "bootstrap")
@@ -145,13 +149,18 @@ def run_campaign(
 ) -> CampaignResult:
     t0 = time.perf_counter()
     report = progress or _noop
-    ex = [tuple(e) for e in exemplars]
+    ex = [exemplar_tuple(e) for e in exemplars]
     generation = getattr(target, "task", "classification") == "generation"
+    attack: AttackQuery
     if generation:
+        if isinstance(strategy, QueryStrategy):
+            raise ValueError(f"unknown generation query {strategy!r}: a QueryStrategy is for classification targets")
         attack = resolve_generation_query(strategy, canary, config.signals)
     else:
         if config.statistic == "reference_vector":
             raise ValueError("statistic reference_vector is for generation targets (a noisy mean embedding)")
+        if isinstance(strategy, GenerationStrategy):
+            raise ValueError(f"unknown query strategy {strategy!r}: a GenerationStrategy is for generation targets")
         attack = resolve_query(strategy, canary, task_labels, ex, template)
     eps_claimed, delta_claimed = target.claimed(len(ex))
     delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
@@ -159,7 +168,7 @@ def run_campaign(
     if not tms:
         raise ValueError(f"target {target.name} offers no threat model of {config.threat_models}")
     per_conf = 1.0 - (1.0 - config.confidence) / len(tms)  # Bonferroni over threat models
-    notes = []
+    notes: list[str] = []
     if len(tms) > 1:
         notes.append(f"each threat model's bound at confidence {per_conf:g} (Bonferroni), so that the "
                      f"headline maximum holds at {config.confidence:g}")
@@ -170,7 +179,7 @@ def run_campaign(
         notes.append("white-box statistic 'positive' reads one Gumbel-noised score, which the claim does not "
                      "cover (only the argmax is private); a white-box bound above the claim is not by itself a "
                      "violation here: use 'margin'")
-    if config.mode == "bootstrap" and generation:
+    if config.mode == "bootstrap" and isinstance(attack, GenerationAttack):  # generation targets
         res = _gen_bootstrap(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
     elif config.mode == "bootstrap":
         res = _bootstrap(target, ex, attack, config, rng, report, tms, per_conf, delta, eps_claimed)
@@ -191,10 +200,20 @@ def _child_rngs(rng: np.random.Generator, n: int) -> list[np.random.Generator]:
     return [np.random.default_rng(int(s)) for s in seeds]
 
 
-def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
+# What the mode functions return: the estimates per threat model, and CampaignResult's other fields.
+ModeResult = tuple[dict[str, Estimates], dict[str, Any]]
+
+
+def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: CampaignConfig, rng: np.random.Generator,
+            report: Progress, tms: tuple[str, ...], conf: float, delta: float,
+            eps_theory: float | None) -> ModeResult:
     plan = plan_trials(ex, attack.canary.exemplar(), config.trials, config.insertion, rng)
     rngs = _child_rngs(rng, len(plan))
-    labels, scores, bb_scores, vectors, cleans = [], [], [], [], []
+    labels: list[str] = []
+    scores: list[np.ndarray | None] = []
+    bb_scores: list[float | None] = []
+    vectors: list[np.ndarray | None] = []
+    cleans: list[np.ndarray | None] = []
     for i, (ctx, g) in enumerate(zip(plan.contexts, rngs)):
         obs = target.observe(ctx, attack, g)
         labels.append(obs.label)
@@ -226,15 +245,17 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
     tau = None
     if "white-box" in tms:
         if config.statistic == "reference_vector":
-            if any(v is None for v in vectors):
+            vector_rows = [v for v in vectors if v is not None]
+            if len(vector_rows) < len(vectors):
                 raise ValueError(f"target {target.name} returned no noisy mean: the reference vector needs internals")
             sel = split_selection(len(members), config.threshold_fraction, members)
-            stat = reference_vector_statistic(np.vstack(vectors), members, sel)
+            stat = reference_vector_statistic(np.vstack(vector_rows), members, sel)
             gdp = True  # a fixed projection of Gaussian noise (ESA's only noise)
         else:
-            if any(s is None for s in scores):
+            score_rows = [s for s in scores if s is not None]
+            if len(score_rows) < len(scores):
                 raise ValueError(f"target {target.name} returned no noisy scores: white-box needs internals")
-            stat = margin_statistic(np.vstack(scores), attack.positive_index, attack.negative_index,
+            stat = margin_statistic(np.vstack(score_rows), attack.positive_index, attack.negative_index,
                                     config.statistic)
             gdp = _gaussian(target, len(ex)) and not isinstance(attack, GenerationAttack)
         e = white_box_estimates(stat, members, confidence=conf, delta=delta, epsilon_theory=eps_theory,
@@ -243,9 +264,9 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
                                 assumptions=[f"white-box statistic: {config.statistic}"])
         estimates["white-box"] = e
         tau = e.threshold
-    trials = []
+    trials: list[dict[str, Any]] = []
     for i, (m, lab) in enumerate(zip(members, labels)):
-        row = {"trial": i, "member": bool(m), "released": lab}
+        row: dict[str, Any] = {"trial": i, "member": bool(m), "released": lab}
         if bb_stat is not None:
             row["black_box_score"] = float(bb_stat[i])
         else:
@@ -258,11 +279,13 @@ def _direct(target, ex, attack: AttackQuery, config, rng, report, tms, conf, del
     released = [attack.labels.index(lab) if lab in attack.labels else -1 for lab in labels]
     # An L3 judge may replace a release after the noise: the release is no longer the argmax.
     judged = getattr(target, "defence", "none") == "L3"
-    if noise is not None and cleans and all(c is not None for c in cleans):
-        cv = np.vstack(cleans)
+    clean_rows = [c for c in cleans if c is not None]
+    noisy_rows = [s for s in scores if s is not None]
+    if noise is not None and cleans and len(clean_rows) == len(cleans):
+        cv = np.vstack(clean_rows)
         extras["votes_with"], extras["votes_without"] = cv[members], cv[~members]
-        if all(s is not None for s in scores):
-            extras["conformance"] = noise_conformance(cv, np.vstack(scores), None if judged else released,
+        if len(noisy_rows) == len(scores):
+            extras["conformance"] = noise_conformance(cv, np.vstack(noisy_rows), None if judged else released,
                                                       _claimed(noise),
                                                       confidence=CONFORMANCE_CONFIDENCE(config.confidence))
     parts = _partitions(target, len(ex))
@@ -282,24 +305,24 @@ def CONFORMANCE_CONFIDENCE(confidence: float) -> float:  # noqa: N802
     return 1.0 - (1.0 - confidence) / 2.0
 
 
-def _mechanism_name(target) -> str:
+def _mechanism_name(target: Any) -> str:
     """rnm | poe | ...: a remote target's string, an in-process target's base mechanism; simulated
     targets vote (rnm)."""
     m = getattr(target, "base_name", None) or getattr(target, "mechanism", "rnm")
     return m if isinstance(m, str) else getattr(m, "name", "")
 
 
-def generation_attack(attack) -> bool:
+def generation_attack(attack: AttackQuery) -> bool:
     return isinstance(attack, GenerationAttack)
 
 
-def _claimed(noise):
+def _claimed(noise: VotingNoise) -> VotingNoise:
     from app.audit.power import claimed_noise
 
     return claimed_noise(noise)
 
 
-def _noise(target, n: int):
+def _noise(target: Any, n: int) -> VotingNoise | None:
     """The target's re-appliable noise (``VotingNoise``), or None where it has none."""
     try:
         return target.noise(n)
@@ -307,17 +330,19 @@ def _noise(target, n: int):
         return None
 
 
-def _noise_kind(target, n: int) -> str | None:
+def _noise_kind(target: Any, n: int) -> str | None:
     nz = _noise(target, n)
     return None if nz is None else nz.kind
 
 
-def _gaussian(target, n: int) -> bool:
+def _gaussian(target: Any, n: int) -> bool:
     nz = _noise(target, n)
     return nz is not None and nz.kind == "gaussian" and not nz.winner_only
 
 
-def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, delta, eps_theory):
+def _bootstrap(target: Any, ex: list[Exemplar], attack: AttackQuery, config: CampaignConfig,
+               rng: np.random.Generator, report: Progress, tms: tuple[str, ...], conf: float, delta: float,
+               eps_theory: float | None) -> ModeResult:
     vw, vo = _clean_calls(target, ex, attack, config, rng, report)
     noise = target.noise(len(ex))
     b = bootstrap_audit(np.array(vw), np.array(vo), noise, attack.positive_index, attack.negative_index, rng=rng,
@@ -340,11 +365,14 @@ def _bootstrap(target, ex, attack: AttackQuery, config, rng, report, tms, conf, 
     return est, extras
 
 
-def _clean_calls(target, ex, attack, config, rng, report) -> tuple[list, list]:
+def _clean_calls(target: Any, ex: list[Exemplar], attack: AttackQuery, config: CampaignConfig,
+                 rng: np.random.Generator, report: Progress) -> tuple[list[Any], list[Any]]:
     """Algorithm 1 lines 1-3: the fixed pair C1 (canary in) / C0, then n_llm noise-free calls on
-    each, alternating."""
+    each, alternating. What a call returns is the target's: vote vectors (np.ndarray), or
+    ``app.audit.gen_targets.CleanDraw`` for generation targets."""
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
-    with_, without = [], []
+    with_: list[Any] = []
+    without: list[Any] = []
     rngs = _child_rngs(rng, 2 * config.n_llm)
     for i in range(config.n_llm):
         with_.append(target.clean_votes(c1, attack, rngs[2 * i]))
@@ -354,7 +382,8 @@ def _clean_calls(target, ex, attack, config, rng, report) -> tuple[list, list]:
     return with_, without
 
 
-def _bootstrap_result(b: BootstrapResult, config, prompts_per_trial: int | None, trials) -> tuple[dict, dict]:
+def _bootstrap_result(b: BootstrapResult, config: CampaignConfig, prompts_per_trial: int | None,
+                      trials: list[dict[str, Any]]) -> ModeResult:
     wb = b.estimates.get("white-box")
     return b.estimates, {
         "model_calls": 2 * config.n_llm,
@@ -364,7 +393,9 @@ def _bootstrap_result(b: BootstrapResult, config, prompts_per_trial: int | None,
     }
 
 
-def _gen_bootstrap(target, ex, attack: GenerationAttack, config, rng, report, tms, conf, delta, eps_theory):
+def _gen_bootstrap(target: Any, ex: list[Exemplar], attack: GenerationAttack, config: CampaignConfig,
+                   rng: np.random.Generator, report: Progress, tms: tuple[str, ...], conf: float, delta: float,
+                   eps_theory: float | None) -> ModeResult:
     """Algorithm 1 for ESA (``app.audit.gen_bootstrap``): 2 x n_llm noise-free calls on the fixed
     pair C1/C0, then n_sample simulated draws per hypothesis."""
     from app.audit.gen_bootstrap import esa_bootstrap
@@ -375,11 +406,11 @@ def _gen_bootstrap(target, ex, attack: GenerationAttack, config, rng, report, tm
                       threat_models=tms, statistic=statistic, confidence=conf, delta=delta,
                       epsilon_theory=eps_theory, threshold_fraction=config.threshold_fraction,
                       objective=config.objective)
-    trials = [{"call": i, "member": i % 2 == 0} for i in range(2 * config.n_llm)]
+    trials: list[dict[str, Any]] = [{"call": i, "member": i % 2 == 0} for i in range(2 * config.n_llm)]
     return _bootstrap_result(b, config, target.prompts_per_call(len(ex)), trials)
 
 
-def _partitions(target, n: int) -> int | None:
+def _partitions(target: Any, n: int) -> int | None:
     if isinstance(getattr(target, "partitions", None), int):
         return target.partitions
     params = getattr(target, "params", None) or {}
@@ -404,8 +435,8 @@ def summary(result: CampaignResult) -> dict[str, Any]:
     return out
 
 
-def assess_power(result: CampaignResult, target, n_exemplars: int, claimed_epsilon: float, *,
-                 required: Sequence[str] | None = None, min_detection: float | None = None):
+def assess_power(result: CampaignResult, target: Any, n_exemplars: int, claimed_epsilon: float, *,
+                 required: Sequence[str] | None = None, min_detection: float | None = None) -> PowerReport | None:
     """The power report (``app.audit.power``) of a finished classification campaign against
     ``claimed_epsilon``, or None where the target has no noise model (generation targets)."""
     from app.audit.conformance import conformance_power
@@ -424,7 +455,8 @@ def assess_power(result: CampaignResult, target, n_exemplars: int, claimed_epsil
     noise = claimed_noise(noise)
     attack = result.attack
     parts = _partitions(target, n_exemplars)
-    if result.votes_with is not None and len(result.votes_with) and len(result.votes_without):
+    if (result.votes_with is not None and result.votes_without is not None and len(result.votes_with)
+            and len(result.votes_without)):
         vw, vo, model = result.votes_with, result.votes_without, "observed"
         model_note = f"the clean votes of {len(vw) + len(vo)} calls, as the target reported them"
     else:

@@ -81,7 +81,7 @@ def scale_ratio_estimate(z: np.ndarray, kind: str) -> float:
     return float(np.mean(z) / np.euler_gamma)
 
 
-def noise_conformance(clean: Sequence[Sequence[float]], noisy: Sequence[Sequence[float]],
+def noise_conformance(clean: Sequence[Sequence[float]] | np.ndarray, noisy: Sequence[Sequence[float]] | np.ndarray,
                       released_index: Sequence[int] | None, noise: VotingNoise, *,
                       confidence: float = 0.95) -> ConformanceResult:
     """Test reported (clean, noisy) score vectors of n calls against the claimed ``noise``."""

@@ -83,7 +83,9 @@ def _log_ratio(num: np.ndarray, den: np.ndarray, delta: float) -> np.ndarray:
     return np.maximum(r, 0.0)
 
 
-def bound_curves(tp: np.ndarray, n1: int, fp: np.ndarray, n0: int, confidence: float, delta: float):
+def bound_curves(
+    tp: np.ndarray, n1: int, fp: np.ndarray, n0: int, confidence: float, delta: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(epsilon lower bound, GDP mu lower bound) for arrays of counts: the formulas of
     ``app.privacy.epsilon_lower_bound`` / ``gdp_mu_lower_bound``, vectorised for threshold search."""
     level = (1.0 + confidence) / 2.0

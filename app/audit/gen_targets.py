@@ -18,13 +18,18 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from app.audit.gen_queries import GenerationAttack
 from app.audit.gateway import RetryPolicy, gateway_client, gateway_json, gateway_post
 from app.audit.targets import Observation
+
+if TYPE_CHECKING:
+    import httpx
+
+    from app.mechanisms.gen_common import GenerationRequest, GenerationResult
 
 Exemplar = tuple[str, str]
 REFUSAL = "None"  # ContextLeak App. B: "replace your answer with None"
@@ -70,8 +75,8 @@ class SignalDecider:
             return self.embed([attack.reference or ""])
         return self.embed(list(attack.labels[:2]))
 
-    def observe(self, text: str, noisy_mean: Any, attack: GenerationAttack, epsilon=None, delta=None,
-                clean: Any = None) -> GenerationObservation:
+    def observe(self, text: str, noisy_mean: Any, attack: GenerationAttack, epsilon: float | None = None,
+                delta: float | None = None, clean: Any = None) -> GenerationObservation:
         e = self.embed([text])[0]
         pts = self.points(attack)
         m = None if noisy_mean is None else np.asarray(noisy_mean, dtype=float)
@@ -132,7 +137,7 @@ class GenerationMechanismTarget:
             t["instruction"] = defend_instruction(PromptTemplate.from_any(t).instruction, self.defence)
         return t
 
-    def request(self, context: Sequence[Exemplar], attack: GenerationAttack):
+    def request(self, context: Sequence[Exemplar], attack: GenerationAttack) -> GenerationRequest:
         from app.mechanisms.generation import GenerationRequest
 
         pp = self.privacy_params
@@ -141,13 +146,15 @@ class GenerationMechanismTarget:
             delta=pp.get("delta", 1e-5), adjacency=pp.get("adjacency", "replace-one"), max_tokens=self.max_tokens,
             template=self.prompt_template(attack), params=self.mech_params)
 
-    def _run(self, context, attack, rng):
+    def _run(self, context: Sequence[Exemplar], attack: GenerationAttack,
+             rng: np.random.Generator) -> GenerationResult:
         from app.mechanisms.generation import generate
 
         self.calls += 1
         return generate(self.mechanism.name, self.request(context, attack), self.lm, self.embedder, rng)
 
-    def observe(self, context, attack: GenerationAttack, rng) -> GenerationObservation:
+    def observe(self, context: Sequence[Exemplar], attack: GenerationAttack,
+                rng: np.random.Generator) -> GenerationObservation:
         res = self._run(context, attack, rng)
         obs = self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
                                    res.privacy.get("epsilon"), res.privacy.get("delta"))
@@ -159,7 +166,7 @@ class GenerationMechanismTarget:
                                          noisy_vector=obs.noisy_vector)
         return obs
 
-    def _judge(self, context, attack: GenerationAttack, output: str) -> bool:
+    def _judge(self, context: Sequence[Exemplar], attack: GenerationAttack, output: str) -> bool:
         """L3 (ContextLeak App. B): the system prompt (instruction + exemplars) and the answer."""
         from app.audit.defences import judge_says_attack
         from app.mechanisms.gen_common import PromptTemplate
@@ -169,7 +176,8 @@ class GenerationMechanismTarget:
         self.judge_calls += 1
         return judge_says_attack(self.lm, "\n\n".join([t.instruction, *demos]), output)[0]
 
-    def clean_votes(self, context, attack: GenerationAttack, rng) -> CleanDraw:
+    def clean_votes(self, context: Sequence[Exemplar], attack: GenerationAttack,
+                    rng: np.random.Generator) -> CleanDraw:
         """One call with its noise discarded: the clean mean and the public candidates."""
         if self.defence == "L3":
             raise ValueError("the L3 judge filters each answer after the noise; use direct mode")
@@ -239,7 +247,7 @@ class RemoteGenerationTarget:
     def close(self) -> None:
         self.client.close()
 
-    def _check(self, r, what: str) -> dict[str, Any]:
+    def _check(self, r: httpx.Response, what: str) -> dict[str, Any]:
         return gateway_json(r, what)
 
     def dataset_for(self, context: Sequence[Exemplar], attack: GenerationAttack) -> str:
@@ -257,7 +265,8 @@ class RemoteGenerationTarget:
                                                expect=("id",))["id"]
         return self.datasets[key]
 
-    def _ask(self, context, attack, rng, internals: bool) -> dict[str, Any]:
+    def _ask(self, context: Sequence[Exemplar], attack: GenerationAttack, rng: np.random.Generator,
+             internals: bool) -> dict[str, Any]:
         priv, mech = _split_privacy(self.params)
         body: dict[str, Any] = {"dataset_id": self.dataset_for(context, attack), "query": attack.query,
                                 "mechanism": self.mechanism, "max_tokens": self.max_tokens,
@@ -270,14 +279,16 @@ class RemoteGenerationTarget:
         self.last_privacy = out.get("privacy")
         return out
 
-    def observe(self, context, attack: GenerationAttack, rng) -> GenerationObservation:
+    def observe(self, context: Sequence[Exemplar], attack: GenerationAttack,
+                rng: np.random.Generator) -> GenerationObservation:
         out = self._ask(context, attack, rng, self.white_box)
         internals = out.get("internals") or {}
         priv = out.get("privacy") or {}
         return self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
                                     priv.get("epsilon"), priv.get("delta"))
 
-    def clean_votes(self, context, attack: GenerationAttack, rng) -> CleanDraw:
+    def clean_votes(self, context: Sequence[Exemplar], attack: GenerationAttack,
+                    rng: np.random.Generator) -> CleanDraw:
         out = self._ask(context, attack, rng, True)
         i = out.get("internals") or {}
         if "clean_mean" not in i:

@@ -141,8 +141,10 @@ def family_distributions(
         use_trie=use_trie,
     )
     if variant == "label":
+        assert fam.label_logprobs is not None  # continuations were asked for
         logd_all = log_normalize(fam.label_logprobs)  # Section 4.1: non-label outputs masked, renormalised
     else:
+        assert fam.next_logprobs is not None  # full=True was asked for
         logd_all = log_normalize(fam.next_logprobs)  # Appendix E.1: the full next-token distribution
     out, start = [], 0
     for sets, per in shapes:

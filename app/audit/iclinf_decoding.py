@@ -167,7 +167,8 @@ def theoretical(
     if (target_epsilon is None) == (temperature is None):
         raise ValueError("give exactly one of target_epsilon and temperature")
     calibrated = temperature is None
-    if calibrated:
+    if temperature is None:
+        assert target_epsilon is not None  # exactly one of the two, checked above
         cal = calibrate_clip_softmax("temperature", target_epsilon, delta, compositions=compositions, clip=clip,
                                      batch_size=batch_size, orders=grid, adjacency=adj, conversion="bbghs")
         temperature = float(cal.value)
@@ -277,7 +278,7 @@ class DecodingAudit:
         return 2.0 * self.epsilon_empirical
 
     def to_dict(self, *, per_token: bool = False) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
             "clip": self.clip,

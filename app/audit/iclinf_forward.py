@@ -74,7 +74,8 @@ def trie_counts(rows: Sequence[Sequence[int]], below: int = 0) -> int:
 
     Sorted order: each row adds its length minus its common prefix with the previous one."""
     srt = sorted(tuple(r) for r in rows)
-    total, prev = 0, ()
+    total = 0
+    prev: tuple[int, ...] = ()
     for r in srt:
         total += len(r) - _lcp(r, prev)
         prev = r
@@ -125,7 +126,7 @@ def _score_plain(lm: Any, prompts: list[str], conts: list[str] | None, full: boo
         label = np.asarray(lm.continuation_logprobs(prompts, conts), dtype=np.float64)
     nxt = np.asarray(lm.next_token_logprobs(prompts), dtype=np.float32) if full else None
     counts.rows = len(prompts)
-    if before is not None:
+    if stats is not None and before is not None:
         after = stats.snapshot()
         counts.tokens_computed = after["forward_tokens"] - before["forward_tokens"]
         counts.forward_calls = after["forward_calls"] - before["forward_calls"]
@@ -240,7 +241,7 @@ def _score_trie(lm: Any, prompts: list[str], conts: list[str] | None, full: bool
             pool_tokens = pool_tokens + [rows[r] for r, _, _ in reps]
             remaining = deferred
 
-    if before is not None:
+    if stats is not None and before is not None:
         counts.tokens_computed = stats.snapshot()["forward_tokens"] - before["forward_tokens"]
     label = None
     if conts is not None:

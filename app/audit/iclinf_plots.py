@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["figure6_png", "n_shots_png", "per_position_png"]
 
 
-def _figure():
+def _figure() -> tuple[Figure, Axes]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -18,7 +22,7 @@ def _figure():
     return fig, fig.add_subplot(1, 1, 1)
 
 
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -21,12 +22,17 @@ Exemplar = tuple[str, str]
 INSERTIONS = ("contextleak", "paired")
 
 
+def exemplar_tuple(e: Sequence[str]) -> Exemplar:
+    """The tuple form of an exemplar (JSON gives lists); its items are kept as they are."""
+    return cast(Exemplar, tuple(e))
+
+
 def replace_one(exemplars: Sequence[Exemplar], canary: Exemplar, index: int) -> list[Exemplar]:
     """D with entry ``index`` replaced by the canary (ContextLeak Algorithm 1, lines 6-8)."""
     out = list(exemplars)
     if not 0 <= index < len(out):
         raise ValueError(f"index {index} outside the {len(out)} exemplars")
-    out[index] = tuple(canary)  # type: ignore[assignment]
+    out[index] = exemplar_tuple(canary)
     return out
 
 
@@ -49,7 +55,7 @@ def plan_trials(
     exemplars: Sequence[Exemplar], canary: Exemplar, trials: int, insertion: str, rng: np.random.Generator
 ) -> TrialPlan:
     """``trials`` trials. ``paired``: trials // 2 under each hypothesis (trials rounded down to even)."""
-    ex = [tuple(e) for e in exemplars]
+    ex = [exemplar_tuple(e) for e in exemplars]
     if len(ex) < 1:
         raise ValueError("at least one exemplar is needed")
     if tuple(canary) in ex:

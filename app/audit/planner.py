@@ -52,8 +52,8 @@ def _detections(noise: VotingNoise, labels: int, partitions: int, positive: int,
     vw, vo = design_votes(labels, partitions, positive, negative)
     threshold = None
     if labels == 2 and floor:  # the release floor test (app.audit.conformance), at the campaign's alpha split
-        floor = min_release_probability(claimed_noise(noise), partitions)
-        threshold = int(stats.binom.ppf((1.0 - confidence) / 4.0, trials, floor))
+        p_floor = min_release_probability(claimed_noise(noise), partitions)
+        threshold = int(stats.binom.ppf((1.0 - confidence) / 4.0, trials, p_floor))
     rep = power_report(noise, vw, vo, positive, n_members=trials // 2, n_nonmembers=trials - trials // 2,
                        claimed_epsilon=claimed_epsilon, confidence=confidence, delta=delta, vote_model="assumed",
                        vote_model_note="", required=alternatives, min_detection=min_detection, partitions=partitions,
@@ -126,18 +126,20 @@ def plan_audit(noise_for: Callable[[int], VotingNoise], *, labels: int, partitio
         if a not in ALTERNATIVES or a == "claimed":
             raise ValueError(f"unknown alternative {a!r}")
     alternative_noise(noise_for(partitions), alternatives[0])  # validates the noise
-    kw = dict(labels=labels, claimed_epsilon=claimed_epsilon, confidence=confidence, delta=delta,
-              alternatives=list(alternatives), min_detection=min_detection, max_trials=max_trials,
-              seconds_per_trial=seconds_per_trial)
-    configured = plan_black_box(noise_for(partitions), partitions=partitions, **kw)
-    designs = [configured] + [plan_black_box(noise_for(t), partitions=t, **kw)
-                              for t in candidates if t != partitions]
+    def black_box(t: int) -> DesignPlan:
+        return plan_black_box(noise_for(t), labels=labels, partitions=t, claimed_epsilon=claimed_epsilon,
+                              confidence=confidence, delta=delta, alternatives=list(alternatives),
+                              min_detection=min_detection, max_trials=max_trials,
+                              seconds_per_trial=seconds_per_trial)
+
+    configured = black_box(partitions)
+    designs = [configured] + [black_box(t) for t in candidates if t != partitions]
     if white_box:
         designs.append(plan_white_box(noise_for(partitions), labels=labels, partitions=partitions,
                                       alternatives=alternatives, confidence=confidence, min_detection=min_detection,
                                       seconds_per_trial=seconds_per_trial))
-    feasible = [d for d in designs if d.trials is not None]
-    best = min(feasible, key=lambda d: (d.trials * d.partitions, d.trials)) if feasible else None
+    feasible = [((d.trials * d.partitions, d.trials), d) for d in designs if d.trials is not None]
+    best = min(feasible, key=lambda kd: kd[0])[1] if feasible else None
     notes = ["fixed sample size: the trials are planned before the audit and it never stops early, so the "
              "Clopper-Pearson confidence holds as stated",
              "black-box detection assumes the canary's partition votes the canary label (tight-auditing Lemma 3.1); "

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def _figure():
+
+def _figure() -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -18,7 +21,7 @@ def _figure():
     return fig
 
 
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -37,7 +40,7 @@ def roc_points(stat_with: np.ndarray, stat_without: np.ndarray, points: int = 40
     return fpr, tpr
 
 
-def roc_png(stat_with, stat_without, *, title: str, black_box_point: tuple[float, float] | None = None) -> bytes:
+def roc_png(stat_with: np.ndarray, stat_without: np.ndarray, *, title: str, black_box_point: tuple[float, float] | None = None) -> bytes:
     fig = _figure()
     ax = fig.add_subplot(1, 1, 1)
     fpr, tpr = roc_points(stat_with, stat_without)
@@ -53,13 +56,13 @@ def roc_png(stat_with, stat_without, *, title: str, black_box_point: tuple[float
     return _png(fig)
 
 
-def histogram_png(stat_with, stat_without, *, title: str, threshold: float | None = None) -> bytes:
+def histogram_png(stat_with: np.ndarray, stat_without: np.ndarray, *, title: str, threshold: float | None = None) -> bytes:
     fig = _figure()
     ax = fig.add_subplot(1, 1, 1)
     a = np.asarray(stat_with, dtype=float)
     b = np.asarray(stat_without, dtype=float)
     lo, hi = float(min(a.min(), b.min())), float(max(a.max(), b.max()))
-    bins = np.linspace(lo, hi if hi > lo else lo + 1.0, 50)
+    bins = np.linspace(lo, hi if hi > lo else lo + 1.0, 50).tolist()  # exact floats; the stub wants a Sequence
     ax.hist(b, bins=bins, alpha=0.55, density=True, label="without canary (C0)")
     ax.hist(a, bins=bins, alpha=0.55, density=True, label="with canary (C1)")
     if threshold is not None and np.isfinite(threshold):

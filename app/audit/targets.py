@@ -27,7 +27,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -41,6 +41,11 @@ from app.audit.defences import (
 from app.audit.gateway import RetryPolicy, gateway_client, gateway_json, gateway_post
 from app.audit.noise import VotingNoise, parse_bug, poe_noise, rnm_noise
 from app.audit.queries import AttackQuery
+
+if TYPE_CHECKING:
+    import httpx
+
+    from app.mechanisms.base import ClassificationResult, Mechanism, MechanismParams
 
 Exemplar = tuple[str, str]
 
@@ -105,12 +110,15 @@ class BrokenVoting:
     def __init__(self, bug: Any) -> None:
         self.bug = parse_bug(bug)
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def cost(self, params: Mapping[str, Any] | MechanismParams | None = None,
+             n_exemplars: int | None = None) -> dict[str, Any]:
         from app.mechanisms import get_mechanism
 
         return get_mechanism("rnm").cost(params, n_exemplars)  # the claim the bug breaks
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None):
+    def classify(self, lm: Any, exemplars: Sequence[Any], query: str, labels: Sequence[str], template: Any = None,
+                 params: Mapping[str, Any] | MechanismParams | None = None,
+                 rng: np.random.Generator | None = None) -> ClassificationResult:
         from app.icl import (
             get_template,
             partition_exemplars,
@@ -131,7 +139,8 @@ class BrokenVoting:
         labs = check_labels(labels)
         g = resolve_rng(rng)
         t = resolve_partitions(p, len(ex))
-        units = partition_exemplars(len(ex), t, p.shots_per_partition, g)
+        # Index arrays, which the scorer iterates like the index sequences it declares.
+        units = cast("list[Sequence[int]]", partition_exemplars(len(ex), t, p.shots_per_partition, g))
         probs = partition_label_distribution(lm, ex, units, query, labs, template=get_template(template),
                                              calibrate=p.calibrate)
         votes = np.bincount(np.argmax(probs, axis=1), minlength=len(labs)).astype(float)
@@ -154,25 +163,29 @@ class BrokenPoE:
     def __init__(self, bug: Any) -> None:
         self.bug = parse_bug(bug)
 
-    def cost(self, params=None, n_exemplars: int | None = None) -> dict[str, Any]:
+    def cost(self, params: Mapping[str, Any] | MechanismParams | None = None,
+             n_exemplars: int | None = None) -> dict[str, Any]:
         from app.mechanisms import get_mechanism
 
         return get_mechanism("poe").cost(params, n_exemplars)  # the claim the bug breaks
 
-    def classify(self, lm, exemplars, query, labels, template=None, params=None, rng=None):
+    def classify(self, lm: Any, exemplars: Sequence[Any], query: str, labels: Sequence[str], template: Any = None,
+                 params: Mapping[str, Any] | MechanismParams | None = None,
+                 rng: np.random.Generator | None = None) -> ClassificationResult:
         from app.mechanisms import _icl
         from app.mechanisms import aggregate as agg
         from app.mechanisms.base import ClassificationResult, check_labels, normalize_exemplars
-        from app.mechanisms.poe import PoEParams, inverse_temperature, resolve_experts
+        from app.mechanisms.poe import PoEParams, _clip, inverse_temperature, resolve_experts
         from app.mechanisms.rng import resolve_rng
 
         p = PoEParams.from_mapping(params)
         ex = normalize_exemplars(exemplars)
         labs = check_labels(labels)
         g = resolve_rng(rng)
-        units = _icl.partition(len(ex), resolve_experts(p, len(ex)), p.group_size, g)
+        # Index arrays, which the scorer iterates like the index sequences it declares.
+        units = cast("list[Sequence[int]]", _icl.partition(len(ex), resolve_experts(p, len(ex)), p.group_size, g))
         probs = _icl.unit_label_probs(lm, ex, units, query, labs, template, calibrate=p.calibrate)
-        utility = agg.clipped_log_probs(probs, p.clip).sum(axis=0)
+        utility = agg.clipped_log_probs(probs, _clip(p)).sum(axis=0)
         lam = inverse_temperature(p)
         noise = poe_noise(p, len(ex), self.bug)
         noisy = noise.sample(lam * utility, g)
@@ -182,7 +195,7 @@ class BrokenPoE:
         return ClassificationResult(labs[idx], idx, self.name, self.cost(p, len(ex)), internals)
 
 
-_BROKEN = {"rnm": BrokenVoting, "poe": BrokenPoE}
+_BROKEN: dict[str, type[BrokenVoting] | type[BrokenPoE]] = {"rnm": BrokenVoting, "poe": BrokenPoE}
 
 
 class MechanismTarget:
@@ -209,6 +222,7 @@ class MechanismTarget:
         self.defence = parse_defence(defence)
         base = get_mechanism(mechanism)
         self.base_name = base.name
+        self.mechanism: Mechanism | BrokenVoting | BrokenPoE
         if self.bug is not None:
             if base.name not in _BROKEN:
                 raise ValueError(f"bugs are implemented for {', '.join(_BROKEN)} only")
@@ -230,11 +244,12 @@ class MechanismTarget:
             t["instruction"] = defend_instruction(get_template(t).instruction, self.defence)
         return t
 
-    def _classify(self, context, attack: AttackQuery, rng):
+    def _classify(self, context: Sequence[Exemplar], attack: AttackQuery,
+                  rng: np.random.Generator) -> ClassificationResult:
         return self.mechanism.classify(self.lm, list(context), attack.query, attack.labels,
                                        self.prompt_template(attack), self.params, rng)
 
-    def judge(self, context, attack: AttackQuery, output: str) -> tuple[bool, float]:
+    def judge(self, context: Sequence[Exemplar], attack: AttackQuery, output: str) -> tuple[bool, float]:
         """L3 on one release (ContextLeak App. B): the system prompt (instruction + exemplars) and the output."""
         sp = system_prompt_of(self.prompt_template(attack), list(context), attack.labels)
         key = (sp, output)
@@ -243,7 +258,7 @@ class MechanismTarget:
             self.judge_calls += 1
         return self._judged[key]
 
-    def observe(self, context, attack, rng) -> Observation:
+    def observe(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> Observation:
         res = self._classify(context, attack, rng)
         label = res.label
         if self.defence == "L3":
@@ -256,7 +271,7 @@ class MechanismTarget:
         return Observation(label, _scores(res.internals), _clean(res.internals),
                            res.privacy.get("epsilon"), res.privacy.get("delta"))
 
-    def clean_votes(self, context, attack, rng) -> np.ndarray:
+    def clean_votes(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> np.ndarray:
         """The non-private M' of tight-auditing Algorithm 1 line 1: the pre-noise scores of one call
         (rnm: the vote histogram; poe: lam U, whose noise is Gumbel(0, 1))."""
         res = self._classify(context, attack, rng)
@@ -301,19 +316,19 @@ class SimulatedVotingTarget:
         self.noise_model = noise
         self.name = "simulated-voting"
 
-    def _votes(self, context, attack: AttackQuery) -> np.ndarray:
+    def _votes(self, context: Sequence[Exemplar], attack: AttackQuery) -> np.ndarray:
         if self.votes_with.size != len(attack.labels):
             raise ValueError(f"the simulated votes have {self.votes_with.size} labels, the query {len(attack.labels)}")
         present = tuple(attack.canary.exemplar()) in [tuple(e) for e in context]
         return self.votes_with if present else self.votes_without
 
-    def observe(self, context, attack, rng) -> Observation:
+    def observe(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> Observation:
         v = self._votes(context, attack)
         noisy = self.noise_model.sample(v, rng)
         return Observation(attack.labels[int(np.argmax(noisy))], noisy, v.copy(),
                            self.noise_model.epsilon, self.noise_model.delta)
 
-    def clean_votes(self, context, attack, rng) -> np.ndarray:
+    def clean_votes(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> np.ndarray:
         return self._votes(context, attack).copy()
 
     @property
@@ -370,13 +385,13 @@ class RemoteTarget:
     def close(self) -> None:
         self.client.close()
 
-    def _check(self, r, what: str) -> dict[str, Any]:
+    def _check(self, r: httpx.Response, what: str) -> dict[str, Any]:
         return gateway_json(r, what)
 
     def dataset_for(self, context: Sequence[Exemplar], attack: AttackQuery) -> str:
         tmpl = {k: v for k, v in attack.template(self.template).items()
                 if k in ("instruction", "input_prefix", "output_prefix")}
-        body = {
+        body: dict[str, Any] = {
             "name": "canary-audit",
             "task": "classification",
             "labels": list(attack.labels),
@@ -395,7 +410,8 @@ class RemoteTarget:
                                                expect=("id",))["id"]
         return self.datasets[key]
 
-    def _ask(self, context, attack, rng, internals: bool) -> dict[str, Any]:
+    def _ask(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator,
+             internals: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"dataset_id": self.dataset_for(context, attack), "query": attack.query,
                                 "mechanism": self.mechanism, "return_internals": internals}
         known = ("epsilon", "delta", "partitions", "shots_per_partition", "adjacency", "calibrate")
@@ -410,14 +426,14 @@ class RemoteTarget:
         self.last_privacy = out.get("privacy")
         return out
 
-    def observe(self, context, attack, rng) -> Observation:
+    def observe(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> Observation:
         out = self._ask(context, attack, rng, self.white_box)
         internals = out.get("internals") if self.white_box else None
         priv = out.get("privacy") or {}
         return Observation(out["label"], _scores(internals), _clean(internals),
                            priv.get("epsilon"), priv.get("delta"))
 
-    def clean_votes(self, context, attack, rng) -> np.ndarray:
+    def clean_votes(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> np.ndarray:
         out = self._ask(context, attack, rng, True)
         cv = _clean(out.get("internals"))
         if cv is None:
