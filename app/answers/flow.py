@@ -90,12 +90,21 @@ class AnswerPlan:
 
 
 @dataclass(frozen=True)
+class Released:
+    """What the model work produced: the answer body (its ``privacy`` as the caller sees it) and the
+    typed privacy event the ledger charges for it (None: nothing private was read)."""
+
+    body: dict[str, Any]
+    event: PrivacyCost | None
+
+
+@dataclass(frozen=True)
 class Work:
     """The read phase's outcome: the plan, and the model work as a plain function of the noise
-    generator (it returns the answer body with its ``privacy``; it runs in a worker thread)."""
+    generator (it runs in a worker thread)."""
 
     plan: AnswerPlan
-    compute: Callable[[np.random.Generator | None], dict[str, Any]]
+    compute: Callable[[np.random.Generator | None], Released]
     lm: Any  # the model the work runs on (its batch scheduler admits the work first)
 
 
@@ -116,16 +125,6 @@ def reuse_key_of(route: str, mechanism: str, query: str, params: dict[str, Any],
 
 def query_digest(query: str) -> str:
     return hashlib.sha256(query.encode()).hexdigest()[:16]
-
-
-def typed_cost(privacy: dict[str, Any]) -> PrivacyCost:
-    """The mechanism's cost (``PrivacyCost.to_dict`` plus display keys) as the typed, immutable
-    event the ledger composes: the one place a cost dict is read."""
-    try:
-        return PrivacyCost.from_dict(privacy)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidRequest(f"the mechanism's privacy cost is malformed: {exc}", param="mechanism",
-                             code="invalid_mechanism_params") from None
 
 
 def mechanism_error(exc: Exception) -> InvalidRequest:
@@ -240,8 +239,9 @@ async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work]
     plan = work.plan
     await _stop_if_gone(client_gone, "before the model work")
     rng = noise_rng(rt, seed) if plan.budgeted else None
-    body = await run_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=plan.mechanism,
-                                deadline_s=rt.settings.request_deadline_seconds)
+    released: Released = await run_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=plan.mechanism,
+                                              deadline_s=rt.settings.request_deadline_seconds)
+    body = released.body
     if not plan.budgeted:
         return PrivateAnswer(visible(body, plan.return_internals), 0.0, 0.0, budgeted=False)
     await _stop_if_gone(client_gone, "before its answer was charged")
@@ -251,16 +251,16 @@ async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work]
         spent = acc.epsilon_spent if acc is not None else 0.0
         left = max(0.0, acc.epsilon_budget - acc.epsilon_spent) if acc is not None else 0.0
         return PrivateAnswer(visible(body, plan.return_internals), spent, left)
-    return await run_sync(_charge_and_release, rt, ledger, caller, plan, body)
+    if released.event is None:  # a charged plan whose run read nothing private: a bug, never released
+        raise RuntimeError(f"mechanism {plan.mechanism!r} returned no privacy event for a charged answer")
+    return await run_sync(_charge_and_release, rt, ledger, caller, plan, body, released.event)
 
 
 def _charge_and_release(rt: Runtime, ledger: Ledger, caller: Caller, plan: AnswerPlan,
-                        body: dict[str, Any]) -> PrivateAnswer:
-    """Charge the computed answer in one transaction, then release it. The charge is the cost the
-    mechanism reports for the work it did (data-independent: it equals the precheck's cost). With
-    reuse allowed, an identical answer charged meanwhile is released instead (this one is dropped,
-    never charged)."""
-    cost = typed_cost(body["privacy"])
+                        body: dict[str, Any], cost: PrivacyCost) -> PrivateAnswer:
+    """Charge the computed answer in one transaction, then release it. The charge is the typed event
+    of the work that was done (data-independent: it equals the precheck's cost). With reuse allowed,
+    an identical answer charged meanwhile is released instead (this one is dropped, never charged)."""
     try:
         with rt.db.session() as s:
             ch = ledger.charge(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=cost,

@@ -8,7 +8,7 @@ Every query parameter other than ``mechanism``, ``answers``, ``max_tokens``, ``m
 sets) or ``/v1/private/generate`` (generation sets) take it; values are read as JSON where
 they parse (``1e-5``, ``true``, ``8``) and as strings otherwise (``noise=laplace``). The
 per-answer cost comes from the same function those routes charge
-(``classification_cost`` / ``generation_cost``) and the count from ``app.budget.forecast``,
+(``app.answers.private.cost_of``) and the count from ``app.budget.forecast``,
 which composes as the ledger does.
 """
 
@@ -22,7 +22,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import SCOPES, require
 from app.api.deps import RuntimeDep, TenantDep
-from app.answers.errors import AnswerError, InvalidRequest
+from app.answers.errors import AnswerError
 from app.answers.flow import mechanism_error
 from app.api.errors import APIError
 from app.store import budget_repo, datasets_repo
@@ -56,7 +56,6 @@ def _int_param(q: dict[str, str], name: str, lo: int, hi: int) -> int | None:
 @router.get("/{dataset_id}/budget/forecast", dependencies=[Depends(require(*SCOPES))])
 async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: TenantDep):
     from app.budget.forecast import ANSWERS_LIMIT, count_answers, largest_epsilon
-    from app.answers.flow import typed_cost
     from app.budget.ledger import charge_of, state_of
 
     items = list(request.query_params.multi_items())
@@ -88,7 +87,7 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
     task, template, n_exemplars, acc = loaded
     cost_at = _cost_function(rt, task, q.get("mechanism"), mech_params, acc, template, n_exemplars, max_tokens)
 
-    base_cost, assumed = cost_at(None if answers is not None else mech_params.get("epsilon"),
+    base, assumed = cost_at(None if answers is not None else mech_params.get("epsilon"),
                                  tolerate_epsilon=answers is not None)
     state = state_of(acc)
     out: dict[str, Any] = {
@@ -108,24 +107,24 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
                    "reused from identical earlier requests are free and not counted",
     }
     if not assumed["charged"]:  # the private route's own rule (zero_shot reads no exemplar)
-        out.update(charged=False, per_answer=_cost_view(base_cost) if base_cost else None, answers_remaining=None,
+        out.update(charged=False, per_answer=_cost_view(base.reported) if base else None, answers_remaining=None,
                    note=f"{assumed['mechanism']} is never charged to the ledger")
         return out
 
     if answers is None:
-        c = charge_of(typed_cost(base_cost))
-        n = await run_in_threadpool(count_answers, state, c, acc.epsilon_budget, acc.delta_budget)
-        out.update(charged=True, per_answer=_cost_view(base_cost), answers_remaining=n.answers,
+        n = await run_in_threadpool(count_answers, state, charge_of(base.event), acc.epsilon_budget,
+                                    acc.delta_budget)
+        out.update(charged=True, per_answer=_cost_view(base.reported), answers_remaining=n.answers,
                    answers_remaining_is_lower_bound=n.capped, epsilon_spent_after=n.epsilon_spent_after,
                    composition_after=n.method)
         return out
 
     def charge_for(e: float):
         try:
-            cost, _ = cost_at(e, tolerate_epsilon=False)
-        except (APIError, AnswerError):
+            costed, _ = cost_at(e, tolerate_epsilon=False)
+        except AnswerError:
             return None
-        return charge_of(typed_cost(cost))
+        return charge_of(costed.event)
 
     fit = await run_in_threadpool(largest_epsilon, answers, state, charge_for, acc.epsilon_budget,
                                   acc.delta_budget)
@@ -133,10 +132,10 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
         raise APIError(422, f"{answers} answers of mechanism {assumed['mechanism']!r} do not fit the remaining "
                        f"budget at any per-answer epsilon tried (down to {acc.epsilon_budget * 2.0 ** -40:.3g})",
                        param="answers", code="answers_do_not_fit")
-    cost, assumed = cost_at(fit.epsilon, tolerate_epsilon=False)
-    n = await run_in_threadpool(count_answers, state, charge_of(typed_cost(cost)), acc.epsilon_budget, acc.delta_budget)
+    costed, assumed = cost_at(fit.epsilon, tolerate_epsilon=False)
+    n = await run_in_threadpool(count_answers, state, charge_of(costed.event), acc.epsilon_budget, acc.delta_budget)
     out.update(charged=True, answers=answers, epsilon=fit.epsilon, epsilon_refused=fit.epsilon_refused,
-               params=assumed["params"], per_answer=_cost_view(cost), answers_remaining=n.answers,
+               params=assumed["params"], per_answer=_cost_view(costed.reported), answers_remaining=n.answers,
                answers_remaining_is_lower_bound=n.capped, epsilon_spent_after=n.epsilon_spent_after,
                composition_after=n.method,
                search=f"largest per-answer epsilon (the mechanism's epsilon parameter) at which {answers} answers "
@@ -153,70 +152,37 @@ def _cost_view(cost: dict[str, Any]) -> dict[str, Any]:
 
 def _cost_function(rt, task: str, mechanism: str | None, mech_params: dict[str, Any], acc, template,
                    n_exemplars: int, max_tokens: int | None):
-    """cost_at(epsilon) -> (privacy cost dict, what was assumed), through the routes' own cost path."""
+    """cost_at(epsilon) -> (Costed: the reported cost and its typed event, what was assumed), through the
+    answer service's own cost path (``app.answers.private.cost_of``): the forecast and the ledger agree."""
+    from app.answers.private import cost_of, is_charged, nonprivate_refused
     from app.mechanisms.errors import MechanismParamError
+    from app.mechanisms.protocol import mechanism_for
 
-    if task == "classification":
-        from app.answers.classify import classification_cost, is_charged
-        from app.mechanisms import get_mechanism
-
-        if max_tokens is not None:
-            raise APIError(422, "max_tokens applies to generation sets only", param="max_tokens",
-                           code="invalid_value")
-        try:
-            mech = get_mechanism(mechanism or "rnm")
-        except MechanismParamError as exc:
-            raise mechanism_error(exc) from None
-
-        def cost_at(epsilon, *, tolerate_epsilon: bool):
-            params = dict(mech_params)
-            if epsilon is not None:
-                params["epsilon"] = epsilon
-            try:
-                parsed, cost = classification_cost(rt, mech, params, account_adjacency=acc.adjacency,
-                                                   n_exemplars=n_exemplars)
-            except AnswerError as exc:
-                if tolerate_epsilon and exc.param == "epsilon":
-                    return None, {"mechanism": mech.name, "params": params, "charged": is_charged(mech)}
-                raise
-            return cost, {"mechanism": mech.name, "params": json.loads(json.dumps(parsed.to_dict(), default=str)),
-                          "charged": is_charged(mech)}
-
-        return cost_at
-
-    from app.answers.generate import generation_cost, is_charged_generation
-    from app.mechanisms.generation import get_generation_mechanism
-
+    if task == "classification" and max_tokens is not None:
+        raise APIError(422, "max_tokens applies to generation sets only", param="max_tokens", code="invalid_value")
     try:
-        mech = get_generation_mechanism(mechanism or "esa")
+        mech = mechanism_for(task, mechanism or ("rnm" if task == "classification" else "esa"))
     except MechanismParamError as exc:
         raise mechanism_error(exc) from None
-    if mech.name == "full_context" and not rt.settings.allow_nonprivate_baselines:
-        raise InvalidRequest("mechanism 'full_context' is served only when DPICL_ALLOW_NONPRIVATE_BASELINES is set",
-                             param="mechanism", code="not_private")
-    # Only the exemplar count matters for the cost (partition validation): placeholders, never the text.
-    placeholders = [("x", "y")] * n_exemplars if mech.reads_exemplars else []
+    if task == "generation" and not mech.is_private and mech.reads_exemplars \
+            and not rt.settings.allow_nonprivate_baselines:
+        raise nonprivate_refused(mech.name)
+    charged = is_charged(mech)
 
     def cost_at(epsilon, *, tolerate_epsilon: bool):
         params = dict(mech_params)
-        eps = params.pop("epsilon", None) if epsilon is None else epsilon
-        params.pop("epsilon", None)
-        delta = params.pop("delta", None)
-        adjacency = params.pop("adjacency", None)
-        if not mech.is_private and (eps is not None or delta is not None):
-            raise InvalidRequest(f"mechanism {mech.name!r} is not private: it takes no epsilon or delta",
-                                 param="epsilon", code="not_private")
+        if epsilon is not None:
+            params["epsilon"] = epsilon
+        if task == "generation":
+            params.update(template=template, max_tokens=max_tokens)
         try:
-            req, cost = generation_cost(rt, mech, placeholders, "forecast", epsilon=eps, delta=delta,
-                                        adjacency=adjacency, account_adjacency=acc.adjacency,
-                                        max_tokens=max_tokens, template=template, params=params)
+            costed = cost_of(rt, mech, params, account_adjacency=acc.adjacency, n_exemplars=n_exemplars)
         except AnswerError as exc:
             if tolerate_epsilon and exc.param == "epsilon":
-                return None, {"mechanism": mech.name, "params": params, "charged": is_charged_generation(mech)}
+                shown = {k: v for k, v in params.items() if k not in ("template", "max_tokens")}
+                return None, {"mechanism": mech.name, "params": shown, "charged": charged}
             raise
-        assumed = {"epsilon": req.epsilon, "delta": req.delta, "adjacency": req.adjacency,
-                   "max_tokens": req.max_tokens, **json.loads(json.dumps(dict(req.params), default=str))}
-        return cost, {"mechanism": mech.name, "params": assumed, "charged": is_charged_generation(mech)}
+        assumed = json.loads(json.dumps(mech.describe(costed.parsed), default=str))
+        return costed, {"mechanism": mech.name, "params": assumed, "charged": charged}
 
     return cost_at
-
