@@ -24,7 +24,7 @@ from app.api.auth import SCOPES, require
 from app.api.deps import RuntimeDep, TenantDep
 from app.answers.errors import AnswerError, InvalidRequest
 from app.answers.flow import mechanism_error
-from app.api.errors import APIError
+from app.api.errors import APIError, dataset_not_found
 from app.store import budget_repo, datasets_repo
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -84,7 +84,7 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
 
     loaded = await run_in_threadpool(_load)
     if loaded is None:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     task, template, n_exemplars, acc = loaded
     cost_at = _cost_function(rt, task, q.get("mechanism"), mech_params, acc, template, n_exemplars, max_tokens)
 

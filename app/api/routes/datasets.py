@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from app.jsonbody import JSONBody
 
 from app.api.deps import Offset, RuntimeDep, TenantDep
-from app.api.errors import APIError, validation_error
+from app.api.errors import APIError, dataset_not_found, validation_error
 from app.api.auth import SCOPES, require
 from app.budget.ledger import Ledger
 from app.store import budget_repo
@@ -255,7 +255,7 @@ async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
 
     obj = await run_in_threadpool(_get)
     if obj is None:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     return obj
 
 
@@ -280,7 +280,7 @@ async def patch_dataset(dataset_id: str, body: DatasetPatch, rt: RuntimeDep, ten
 
     obj = await run_in_threadpool(_patch)
     if obj is None:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     return obj
 
 
@@ -293,7 +293,7 @@ async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
             return ok
 
     if not await run_in_threadpool(_delete):
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     return {"id": dataset_id, "object": "dataset", "deleted": True}
 
 
@@ -322,15 +322,11 @@ async def list_exemplars(
 
     obj = await run_in_threadpool(_get)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     if obj == "private":
         raise APIError(403, f"dataset {dataset_id!r} is private: its exemplars are write-only", param="dataset_id",
                        code="dataset_private")
     return obj
-
-
-def _not_found(dataset_id: str) -> APIError:
-    return APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
 
 
 @router.get("/{dataset_id}/budget", dependencies=[Depends(require(*SCOPES))])
@@ -341,7 +337,7 @@ async def get_budget(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
 
     obj = await run_in_threadpool(_get)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
@@ -371,7 +367,7 @@ async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant
 
     obj = await run_in_threadpool(_set)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
@@ -411,5 +407,5 @@ async def list_ledger(
 
     obj = await run_in_threadpool(_list)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     return obj
