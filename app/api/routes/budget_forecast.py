@@ -25,6 +25,7 @@ from app.api.deps import RuntimeDep, TenantDep
 from app.answers.errors import AnswerError, InvalidRequest
 from app.answers.flow import mechanism_error
 from app.api.errors import APIError, dataset_not_found
+from app.api.schemas import BudgetForecast
 from app.store import budget_repo, datasets_repo
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -53,7 +54,8 @@ def _int_param(q: dict[str, str], name: str, lo: int, hi: int) -> int | None:
     return v
 
 
-@router.get("/{dataset_id}/budget/forecast", dependencies=[Depends(require(*SCOPES))])
+@router.get("/{dataset_id}/budget/forecast", response_model=BudgetForecast, response_model_exclude_unset=True,
+            dependencies=[Depends(require(*SCOPES))])
 async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: TenantDep):
     from app.budget.forecast import ANSWERS_LIMIT, count_answers, largest_epsilon
     from app.answers.flow import typed_cost
