@@ -19,6 +19,7 @@ accepted as before); an unknown one is a 422 naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -40,7 +41,7 @@ CHAT_MECHANISMS: tuple[str, ...] = tuple(sorted(set(CLASSIFY_MECHANISMS) | set(G
 ADJACENCIES: tuple[str, ...] = tuple(a.value for a in _Adjacency)
 
 
-def _canonical(*parsers: Any):
+def _canonical(*parsers: Callable[[str], str]) -> Callable[[Any], Any]:
     def canon(v: Any) -> Any:
         if not isinstance(v, str):
             return v  # the Literal refuses it, naming the field

@@ -16,6 +16,7 @@ from app.api.deps import Offset, RuntimeDep, TenantDep
 from app.api.errors import APIError, dataset_not_found, validation_error
 from app.api.auth import SCOPES, require
 from app.api.schemas import (
+    AdjacencyName,
     DatasetBudget,
     DatasetDeleted,
     DatasetList,
@@ -52,7 +53,7 @@ class BudgetIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="total epsilon for every answer on this set")
     delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
-    adjacency: Literal["replace-one", "add-remove"] | None = None
+    adjacency: AdjacencyName | None = None
 
 
 class DatasetMeta(JSONBody):
