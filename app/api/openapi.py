@@ -128,8 +128,8 @@ def _declare_errors(doc: dict[str, Any]) -> None:
                 if code not in responses:
                     responses[code] = _error_response(code)
             for code, (desc, schema) in EXTRA_SUCCESS.get((method, path), {}).items():
-                responses[code] = {"description": desc,
-                                   "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+                ref = {"$ref": f"#/components/schemas/{schema}"}
+                responses[code] = {"description": desc, "content": {"application/json": {"schema": ref}}}
 
 
 # ---------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from app.mechanisms import get_mechanism, mechanism_names
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.generation import generation_mechanism_names, get_generation_mechanism
+from app.jobs.registry import Verdict
+from app.jobs.repository import STATUSES as JOB_STATUSES
 from app.privacy.adjacency import Adjacency as _Adjacency
 from app.privacy.errors import PrivacyInputError
 
@@ -434,17 +436,23 @@ class JobWebhook(_Out):
     attempts: int | None
 
 
+if TYPE_CHECKING:
+    JobStatus = str
+else:
+    JobStatus = Literal[JOB_STATUSES]
+
+
 class AuditJob(_Open):
     id: str
     object: Literal["audit.job"]
     url: str
     kind: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    status: JobStatus
     progress: JobProgress
     config: dict[str, Any] = Field(description="as submitted, credentials redacted")
     claimed_epsilon: float | None
     claimed_delta: float | None
-    verdict: Literal["pass", "violation", "inconclusive"] | None
+    verdict: Verdict | None
     verdict_reason: str | None
     result: dict[str, Any] | None = Field(description="the kind's result (its own keys)")
     error: JobErrorInfo | None

@@ -51,9 +51,10 @@ def test_spellings_the_registries_accept_are_canonicalised():
     from app.api.routes.private import ClassifyRequest
     from app.api.routes.private_generate import GenerateRequest
 
-    c = ClassifyRequest.model_validate({"dataset_id": "ds", "query": "q", "mechanism": "RNM", "adjacency": "add_remove"})
+    q = {"dataset_id": "ds", "query": "q"}
+    c = ClassifyRequest.model_validate({**q, "mechanism": "RNM", "adjacency": "add_remove"})
     assert (c.mechanism, c.adjacency) == ("rnm", "add-remove")
-    assert ClassifyRequest.model_validate({"dataset_id": "ds", "query": "q", "mechanism": "private-voting"}).mechanism == "rnm"
+    assert ClassifyRequest.model_validate({**q, "mechanism": "private-voting"}).mechanism == "rnm"
     g = GenerateRequest.model_validate({"dataset_id": "ds", "query": "q", "mechanism": "clip-softmax",
                                         "adjacency": "Replace-One"})
     assert (g.mechanism, g.adjacency) == ("clip_softmax", "replace-one")
