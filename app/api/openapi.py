@@ -14,6 +14,9 @@ post-processes the generated document:
   and ``POST /v1/audits`` one on ``kind`` (each kind's config schema). The union
   only describes; the pydantic models that validate requests are unchanged.
 
+Success bodies come from the routes' ``response_model`` (app/api/schemas.py); a status a
+route declares itself with ``responses=`` (the health body on a 503) keeps its schema.
+
 A schema-fuzzing test (tests/contract/test_schemathesis.py) runs schemathesis
 against a live server to keep the document and the behaviour together.
 """
