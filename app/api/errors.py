@@ -9,6 +9,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+# The dataset 404 (code dataset_not_found), one helper for the answer service and the routes: a
+# NotFound, which the AnswerError handler below answers as a 404 like any APIError.
+from app.answers.errors import dataset_not_found
+
+__all__ = ["APIError", "dataset_not_found", "error_body", "install_error_handlers", "validation_error"]
+
 log = logging.getLogger("dpicl.api")
 
 _TYPES = {

@@ -14,6 +14,9 @@ post-processes the generated document:
   and ``POST /v1/audits`` one on ``kind`` (each kind's config schema). The union
   only describes; the pydantic models that validate requests are unchanged.
 
+Success bodies come from the routes' ``response_model`` (app/api/schemas.py); a status a
+route declares itself with ``responses=`` (the health body on a 503) keeps its schema.
+
 A schema-fuzzing test (tests/contract/test_schemathesis.py) runs schemathesis
 against a live server to keep the document and the behaviour together.
 """
@@ -98,10 +101,11 @@ STATUSES: dict[tuple[str, str], tuple[str, ...]] = {
     ("get", "/v1/audits/{job_id}/artifacts/{name}"): ("401", "403", "404", "422"),
 }
 DEFAULT_STATUSES = ("401", "403", "422")
-# Success statuses beside the route's own.
-EXTRA_SUCCESS = {
-    ("post", "/v1/audits"): {"200": "Idempotent replay: the job an earlier submission with this Idempotency-Key "
-                                    "and the same body created (header Idempotent-Replayed: true)"},
+# Success statuses beside the route's own: description and response schema (a component from
+# app/api/schemas.py).
+EXTRA_SUCCESS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
+    ("post", "/v1/audits"): {"200": ("Idempotent replay: the job an earlier submission with this Idempotency-Key "
+                                     "and the same body created (header Idempotent-Replayed: true)", "AuditJob")},
 }
 
 
@@ -122,9 +126,13 @@ def _declare_errors(doc: dict[str, Any]) -> None:
             # An operation not listed above: a path with an id can also answer 404.
             default = DEFAULT_STATUSES + (("404",) if "{" in path else ())
             for code in STATUSES.get((method, path), default):
-                responses[code] = _error_response(code)
-            for code, desc in EXTRA_SUCCESS.get((method, path), {}).items():
-                responses[code] = {"description": desc, "content": {"application/json": {"schema": {}}}}
+                # A status the route declares itself (``responses=``: the health body on a 503)
+                # keeps its own schema.
+                if code not in responses:
+                    responses[code] = _error_response(code)
+            for code, (desc, schema) in EXTRA_SUCCESS.get((method, path), {}).items():
+                ref = {"$ref": f"#/components/schemas/{schema}"}
+                responses[code] = {"description": desc, "content": {"application/json": {"schema": ref}}}
 
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from app.jsonbody import JSONBody
 
 from app.api.auth import Principal, require
 from app.api.errors import APIError
+from app.api.schemas import ArtifactList, AuditJob, AuditJobList, AuditKindList, AuditPlan, JobStatus
 from app.jobs import registry, service
 from app.jobs import repository as repo
 from app.jobs.errors import JobError
@@ -146,7 +147,7 @@ async def submit_audit(request: Request, body: AuditCreate, principal: Principal
     return sub
 
 
-@router.post("", status_code=202, summary="Submit an audit job")
+@router.post("", status_code=202, response_model=AuditJob, summary="Submit an audit job")
 async def create_audit(
     body: AuditCreate,
     request: Request,
@@ -173,7 +174,8 @@ class AuditPlanRequest(JSONBody):
                                             description="measured speed of one trial, for the predicted time")
 
 
-@router.post("/plan", summary="Plan an audit: the design and trials that detect stated alternatives")
+@router.post("/plan", response_model=AuditPlan, response_model_exclude_unset=True,
+             summary="Plan an audit: the design and trials that detect stated alternatives")
 async def plan_audit(body: AuditPlanRequest, request: Request, who: Auditor):
     """For a canary_mia config and a claim: per candidate design (partitions; black-box bound or
     white-box noise conformance) the trials that detect each of ``config.power.alternatives`` with
@@ -190,7 +192,8 @@ async def plan_audit(body: AuditPlanRequest, request: Request, who: Auditor):
         raise APIError(422, f"{param}: {exc.message}", param=param, code=exc.code) from None
 
 
-@router.get("/kinds", summary="Job kinds this server accepts, with their config schemas")
+@router.get("/kinds", response_model=AuditKindList, response_model_exclude_unset=True,
+            summary="Job kinds this server accepts, with their config schemas")
 def list_kinds(request: Request, who: Auditor):
     kinds = registry.available_kinds(_runtime(request).settings)
     return {
@@ -207,12 +210,13 @@ def list_kinds(request: Request, who: Auditor):
     }
 
 
-@router.get("", summary="List audit jobs (newest first)")
+@router.get("", response_model=AuditJobList, response_model_exclude_unset=True,
+            summary="List audit jobs (newest first)")
 def list_audits(
     request: Request,
     who: Auditor,
     kind: Annotated[str | None, Query(max_length=64)] = None,
-    status: Annotated[Literal["queued", "running", "succeeded", "failed", "cancelled"] | None, Query()] = None,
+    status: Annotated[JobStatus | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     after: Annotated[str | None, Query(max_length=64, description="id of the last job of the previous page")] = None,
 ):
@@ -234,7 +238,7 @@ def list_audits(
     }
 
 
-@router.get("/{job_id}", summary="An audit job: status, progress, result, verdict")
+@router.get("/{job_id}", response_model=AuditJob, summary="An audit job: status, progress, result, verdict")
 def get_audit(job_id: JobId, request: Request, who: Auditor):
     with _runtime(request).db.session() as s:
         resource = load_resource(s, job_id, who.tenant_id)
@@ -243,7 +247,8 @@ def get_audit(job_id: JobId, request: Request, who: Auditor):
     return JSONResponse(resource, headers=_job_headers(resource))
 
 
-@router.post("/{job_id}/cancel", summary="Cancel a job (a running one stops at its next progress point)")
+@router.post("/{job_id}/cancel", response_model=AuditJob,
+             summary="Cancel a job (a running one stops at its next progress point)")
 def cancel_audit(job_id: JobId, request: Request, who: Auditor):
     resource = service.cancel(_runtime(request), job_id, who.tenant_id)
     if resource is None:
@@ -258,7 +263,8 @@ def cancel_audit(job_id: JobId, request: Request, who: Auditor):
     return JSONResponse(resource, headers=_job_headers(resource))
 
 
-@router.get("/{job_id}/artifacts", summary="A job's artifacts")
+@router.get("/{job_id}/artifacts", response_model=ArtifactList, response_model_exclude_unset=True,
+            summary="A job's artifacts")
 def list_artifacts(job_id: JobId, request: Request, who: Auditor):
     with _runtime(request).db.session() as s:
         if repo.get_job(s, job_id, who.tenant_id) is None:
@@ -268,7 +274,12 @@ def list_artifacts(job_id: JobId, request: Request, who: Auditor):
     return {"object": "list", "data": [dict(a, url=f"{base}/artifacts/{a['name']}") for a in items]}
 
 
-@router.get("/{job_id}/artifacts/{name}", summary="Download one artifact (PNG, JSON, CSV...)")
+ARTIFACT_BYTES = {"description": "The artifact's bytes, with its media type (image/png, application/json, text/csv...)",
+                  "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+@router.get("/{job_id}/artifacts/{name}", summary="Download one artifact (PNG, JSON, CSV...)", response_class=Response,
+            responses={200: ARTIFACT_BYTES})
 def get_artifact(job_id: JobId, name: Annotated[str, Path(max_length=200)], request: Request, who: Auditor):
     with _runtime(request).db.session() as s:
         if repo.get_job(s, job_id, who.tenant_id) is None:

@@ -24,7 +24,8 @@ from app.api.auth import SCOPES, require
 from app.api.deps import RuntimeDep, TenantDep
 from app.answers.errors import AnswerError
 from app.answers.flow import mechanism_error
-from app.api.errors import APIError
+from app.api.errors import APIError, dataset_not_found
+from app.api.schemas import BudgetForecast
 from app.store import budget_repo, datasets_repo
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -53,7 +54,8 @@ def _int_param(q: dict[str, str], name: str, lo: int, hi: int) -> int | None:
     return v
 
 
-@router.get("/{dataset_id}/budget/forecast", dependencies=[Depends(require(*SCOPES))])
+@router.get("/{dataset_id}/budget/forecast", response_model=BudgetForecast, response_model_exclude_unset=True,
+            dependencies=[Depends(require(*SCOPES))])
 async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: TenantDep):
     from app.budget.forecast import ANSWERS_LIMIT, count_answers, largest_epsilon
     from app.budget.ledger import charge_of, state_of
@@ -83,7 +85,7 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
 
     loaded = await run_in_threadpool(_load)
     if loaded is None:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     task, template, n_exemplars, acc = loaded
     cost_at = _cost_function(rt, task, q.get("mechanism"), mech_params, acc, template, n_exemplars, max_tokens)
 

@@ -13,8 +13,17 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from app.jsonbody import JSONBody
 
 from app.api.deps import Offset, RuntimeDep, TenantDep
-from app.api.errors import APIError, validation_error
+from app.api.errors import APIError, dataset_not_found, validation_error
 from app.api.auth import SCOPES, require
+from app.api.schemas import (
+    AdjacencyName,
+    DatasetBudget,
+    DatasetDeleted,
+    DatasetList,
+    DatasetObject,
+    ExemplarList,
+    LedgerList,
+)
 from app.budget.ledger import Ledger
 from app.store import budget_repo
 from app.store import datasets_repo as repo
@@ -44,7 +53,7 @@ class BudgetIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
     epsilon: float = Field(gt=0, allow_inf_nan=False, description="total epsilon for every answer on this set")
     delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
-    adjacency: Literal["replace-one", "add-remove"] | None = None
+    adjacency: AdjacencyName | None = None
 
 
 class DatasetMeta(JSONBody):
@@ -188,7 +197,8 @@ def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
     return meta, exemplars
 
 
-@router.post("", status_code=201, dependencies=[Depends(require("admin"))])
+@router.post("", status_code=201, response_model=DatasetObject, response_model_exclude_unset=True,
+             dependencies=[Depends(require("admin"))])
 async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
     """Register a private exemplar set (JSON body, or JSONL with Content-Type application/x-ndjson)."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -229,7 +239,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
     return await run_in_threadpool(_store)
 
 
-@router.get("", dependencies=[Depends(require(*SCOPES))])
+@router.get("", response_model=DatasetList, response_model_exclude_unset=True, dependencies=[Depends(require(*SCOPES))])
 async def list_datasets(
     rt: RuntimeDep,
     tenant: TenantDep,
@@ -246,7 +256,8 @@ async def list_datasets(
     return await run_in_threadpool(_list)
 
 
-@router.get("/{dataset_id}", dependencies=[Depends(require(*SCOPES))])
+@router.get("/{dataset_id}", response_model=DatasetObject, response_model_exclude_unset=True,
+            dependencies=[Depends(require(*SCOPES))])
 async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     def _get():
         with rt.db.session() as s:
@@ -255,7 +266,7 @@ async def get_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
 
     obj = await run_in_threadpool(_get)
     if obj is None:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     return obj
 
 
@@ -264,7 +275,8 @@ class DatasetPatch(JSONBody):
     answer_reuse: bool | None = Field(default=None, description="false: identical requests are charged again")
 
 
-@router.patch("/{dataset_id}", dependencies=[Depends(require("admin"))])
+@router.patch("/{dataset_id}", response_model=DatasetObject, response_model_exclude_unset=True,
+              dependencies=[Depends(require("admin"))])
 async def patch_dataset(dataset_id: str, body: DatasetPatch, rt: RuntimeDep, tenant: TenantDep):
     """Change a dataset's settings (``answer_reuse``). Exemplars and labels are fixed once registered."""
 
@@ -280,11 +292,12 @@ async def patch_dataset(dataset_id: str, body: DatasetPatch, rt: RuntimeDep, ten
 
     obj = await run_in_threadpool(_patch)
     if obj is None:
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     return obj
 
 
-@router.delete("/{dataset_id}", dependencies=[Depends(require("admin"))])
+@router.delete("/{dataset_id}", response_model=DatasetDeleted, response_model_exclude_unset=True,
+               dependencies=[Depends(require("admin"))])
 async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     def _delete():
         with rt.db.session() as s:
@@ -293,11 +306,12 @@ async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
             return ok
 
     if not await run_in_threadpool(_delete):
-        raise APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
+        raise dataset_not_found(dataset_id)
     return {"id": dataset_id, "object": "dataset", "deleted": True}
 
 
-@router.get("/{dataset_id}/exemplars", dependencies=[Depends(require(*SCOPES))])
+@router.get("/{dataset_id}/exemplars", response_model=ExemplarList, response_model_exclude_unset=True,
+            dependencies=[Depends(require(*SCOPES))])
 async def list_exemplars(
     dataset_id: str,
     rt: RuntimeDep,
@@ -322,18 +336,15 @@ async def list_exemplars(
 
     obj = await run_in_threadpool(_get)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     if obj == "private":
         raise APIError(403, f"dataset {dataset_id!r} is private: its exemplars are write-only", param="dataset_id",
                        code="dataset_private")
     return obj
 
 
-def _not_found(dataset_id: str) -> APIError:
-    return APIError(404, f"dataset {dataset_id!r} not found", param="dataset_id", code="dataset_not_found")
-
-
-@router.get("/{dataset_id}/budget", dependencies=[Depends(require(*SCOPES))])
+@router.get("/{dataset_id}/budget", response_model=DatasetBudget, response_model_exclude_unset=True,
+            dependencies=[Depends(require(*SCOPES))])
 async def get_budget(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
     def _get():
         with rt.db.session() as s:
@@ -341,7 +352,7 @@ async def get_budget(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
 
     obj = await run_in_threadpool(_get)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
@@ -351,7 +362,8 @@ class BudgetUpdate(JSONBody):
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
 
 
-@router.put("/{dataset_id}/budget", dependencies=[Depends(require("admin"))])
+@router.put("/{dataset_id}/budget", response_model=DatasetBudget, response_model_exclude_unset=True,
+            dependencies=[Depends(require("admin"))])
 async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant: TenantDep):
     """An admin sets a new total budget. Spent epsilon is recomposed at the new delta."""
     from app.budget.composition import compose
@@ -371,7 +383,7 @@ async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant
 
     obj = await run_in_threadpool(_set)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     return {"dataset_id": dataset_id, "object": "budget", **obj}
 
 
@@ -384,7 +396,8 @@ def ledger_entry_object(e) -> dict[str, Any]:
             "epsilon_spent_after": e.epsilon_spent_after}
 
 
-@router.get("/{dataset_id}/ledger", dependencies=[Depends(require(*SCOPES))])
+@router.get("/{dataset_id}/ledger", response_model=LedgerList, response_model_exclude_unset=True,
+            dependencies=[Depends(require(*SCOPES))])
 async def list_ledger(
     dataset_id: str,
     rt: RuntimeDep,
@@ -411,5 +424,5 @@ async def list_ledger(
 
     obj = await run_in_threadpool(_list)
     if obj is None:
-        raise _not_found(dataset_id)
+        raise dataset_not_found(dataset_id)
     return obj

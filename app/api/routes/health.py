@@ -5,11 +5,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from app.api.deps import RuntimeDep
+from app.api.schemas import Health
 
 router = APIRouter(tags=["service"])
 
 
-@router.get("/v1/health")
+@router.get("/v1/health", response_model=Health, responses={
+    503: {"model": Health, "description": "Not ready: the database or a model is not available (the same body)"}})
 async def health(rt: RuntimeDep):
     db = await run_in_threadpool(rt.database_status)
     configured = [m.name for m in rt.settings.models] if rt.settings.load_models else []

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
+from app.api.schemas import ModelList, ModelObject
 
 router = APIRouter(tags=["models"])
 
@@ -23,12 +24,12 @@ def _model_object(rt, name: str) -> dict:
     }
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", response_model=ModelList, response_model_exclude_unset=True)
 async def list_models(rt: RuntimeDep):
     return {"object": "list", "data": [_model_object(rt, n) for n in rt.models]}
 
 
-@router.get("/v1/models/{model_id:path}")
+@router.get("/v1/models/{model_id:path}", response_model=ModelObject, response_model_exclude_unset=True)
 async def get_model(model_id: str, rt: RuntimeDep):
     if model_id not in rt.models:
         raise APIError(404, f"model {model_id!r} is not served here", param="model_id", code="model_not_found")

@@ -27,6 +27,7 @@ from app.api.answer_http import IncludeQuery, answer_headers
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
+from app.api.schemas import AdjacencyName, ChatCompletion, ChatMechanism
 
 router = APIRouter(tags=["openai-compatible"])
 
@@ -88,12 +89,13 @@ class ChatCompletionRequest(JSONBody):
     n: int = Field(default=1, ge=1, le=1)
     # DP extensions
     dataset_id: str = Field(min_length=1, max_length=64)
-    mechanism: str | None = None
+    mechanism: ChatMechanism | None = Field(default=None, description="default: rnm on a classification set, "
+                                                                      "esa on a generation set")
     epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
     partitions: int | None = Field(default=None, ge=1, le=1000)
     shots_per_partition: int | None = Field(default=None, ge=1, le=1000)
-    adjacency: str | None = None
+    adjacency: AdjacencyName | None = None
     calibrate: bool | None = None
     return_internals: bool = False
     seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
@@ -116,7 +118,7 @@ def _text(content) -> str:
     return ""
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", response_model=ChatCompletion)
 async def chat_completions(
     request: Request,
     body: ChatCompletionRequest,

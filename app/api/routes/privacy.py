@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.api.errors import APIError
+from app.api.schemas import PrivacyCalibration, PrivacyConversion, PrivacyEmpirical
 from app.privacy import service
 from app.privacy.errors import PrivacyInputError
 from app.privacy.schemas import CalibrateRequest, ConvertRequest, EmpiricalRequest
@@ -23,16 +24,19 @@ def _call(fn: Callable[..., dict[str, Any]], body: BaseModel) -> dict[str, Any]:
         raise APIError(422, exc.message, param=exc.param, code="invalid_value") from None
 
 
-@router.post("/calibrate", summary="Solve temperature, clip, batch size or sigma for a target (epsilon, delta)")
+@router.post("/calibrate", response_model=PrivacyCalibration, response_model_exclude_unset=True,
+             summary="Solve temperature, clip, batch size or sigma for a target (epsilon, delta)")
 def calibrate(body: CalibrateRequest) -> dict[str, Any]:
     return _call(service.calibrate, body)
 
 
-@router.post("/convert", summary="RDP / zCDP / pure / GDP / Gaussian to (epsilon, delta), or back to mu / rho")
+@router.post("/convert", response_model=PrivacyConversion, response_model_exclude_unset=True,
+             summary="RDP / zCDP / pure / GDP / Gaussian to (epsilon, delta), or back to mu / rho")
 def convert(body: ConvertRequest) -> dict[str, Any]:
     return _call(service.convert, body)
 
 
-@router.post("/empirical", summary="Empirical epsilon lower bound from attack counts or auditing accuracy")
+@router.post("/empirical", response_model=PrivacyEmpirical, response_model_exclude_unset=True,
+             summary="Empirical epsilon lower bound from attack counts or auditing accuracy")
 def empirical(body: EmpiricalRequest) -> dict[str, Any]:
     return _call(service.empirical, body)

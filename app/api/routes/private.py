@@ -13,6 +13,7 @@ from app.answers.classify import classify as classify_answer
 from app.api.answer_http import IncludeQuery, respond
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
+from app.api.schemas import AdjacencyName, ClassificationAnswer, ClassifyMechanism, MechanismList
 
 router = APIRouter(prefix="/v1/private", tags=["private inference"])
 
@@ -22,12 +23,12 @@ class ClassifyRequest(JSONBody):
 
     dataset_id: str = Field(min_length=1, max_length=64)
     query: str = Field(min_length=1, max_length=20_000)
-    mechanism: str = Field(default="rnm", description="rnm | poe | zero_shot | icl (see GET /v1/mechanisms)")
+    mechanism: ClassifyMechanism = Field(default="rnm", description="see GET /v1/private/mechanisms")
     epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
     partitions: int | None = Field(default=None, ge=1, le=1000)
     shots_per_partition: int | None = Field(default=None, ge=1, le=1000)
-    adjacency: str | None = None
+    adjacency: AdjacencyName | None = None
     calibrate: bool | None = Field(default=None, description="contextual calibration of the label scores")
     model: str | None = None
     return_internals: bool = False
@@ -42,7 +43,7 @@ class ClassifyRequest(JSONBody):
         return {**self.params, **{k: v for k, v in common.items() if v is not None}}
 
 
-@router.post("/classify")
+@router.post("/classify", response_model=ClassificationAnswer)
 async def classify(
     request: Request,
     body: ClassifyRequest,
@@ -59,7 +60,7 @@ async def classify(
     return respond(ans, include)
 
 
-@router.get("/mechanisms")
+@router.get("/mechanisms", response_model=MechanismList, response_model_exclude_unset=True)
 async def mechanisms(_: Annotated[Principal, Depends(require("infer", "audit", "admin"))]):
     from app.mechanisms import get_mechanism, mechanism_names
 

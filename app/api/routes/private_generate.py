@@ -13,6 +13,7 @@ from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.answers.generate import MAX_TOKENS_LIMIT, generate
 from app.api.answer_http import IncludeQuery, respond
+from app.api.schemas import AdjacencyName, GenerateMechanism, GenerationAnswer, GenerationMechanismList
 from app.jsonbody import JSONBody
 
 router = APIRouter(prefix="/v1/private", tags=["private inference"])
@@ -30,10 +31,10 @@ class GenerateRequest(JSONBody):
                               description="the input to answer (or give `instruction`)")
     instruction: str | None = Field(default=None, min_length=1, max_length=20_000,
                                     description="a generation instruction, used as the query")
-    mechanism: str = Field(default="esa", description="esa | ksa | clip_softmax | poe | mozo | zero_shot | full_context")
+    mechanism: GenerateMechanism = Field(default="esa", description="see GET /v1/private/generate/mechanisms")
     epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
-    adjacency: str | None = None
+    adjacency: AdjacencyName | None = None
     max_tokens: int = Field(default=32, ge=1, le=MAX_TOKENS_LIMIT)
     params: dict[str, Any] = Field(default_factory=dict, description="mechanism parameters (GET /v1/private/generate/mechanisms)")
     model: str | None = None
@@ -52,7 +53,7 @@ class GenerateRequest(JSONBody):
         return self
 
 
-@router.post("/generate")
+@router.post("/generate", response_model=GenerationAnswer)
 async def private_generate(
     request: Request,
     body: GenerateRequest,
@@ -75,7 +76,7 @@ async def private_generate(
     return respond(ans, include)
 
 
-@router.get("/generate/mechanisms")
+@router.get("/generate/mechanisms", response_model=GenerationMechanismList, response_model_exclude_unset=True)
 async def generation_mechanisms(_: Annotated[Principal, Depends(require("infer", "audit", "admin"))]):
     from app.mechanisms.generation import GENERATION_MECHANISMS
 
