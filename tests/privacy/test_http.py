@@ -13,8 +13,14 @@ from app.privacy import gdp_epsilon, service
 
 
 @pytest.fixture(scope="module")
-def client(live_server):
-    with httpx.Client(base_url=live_server, timeout=30) as c:
+def client(database_url):
+    """The privacy math needs no model: a real server with none configured (starts in a second,
+    and proves /v1/privacy/* never touches a model)."""
+    from tests.conftest import running_app, server_settings
+
+    settings = server_settings(database_url, models=[], load_models=False)
+    with running_app(settings, models={}, timeout=30) as c:
+        assert c.get("/v1/models").json()["data"] == []
         yield c
 
 
