@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The vLLM contract step of CI (docs/vllm.md): run tests/remote/test_vllm.py against a real
+# The vLLM contract step of CI (docs/vllm.md): run tests/llm/remote/test_vllm.py against a real
 # `vllm serve` on CPU, serving the bundled SmolLM2-135M-Instruct's safetensors copy.
 #
 #   1. create the vLLM virtual environment once, OUTSIDE the repository (default
@@ -113,11 +113,11 @@ done
 t_start=$(( $(now) - t0 ))
 say "vllm serve ready at $URL/v1 in ${t_start} s"
 
-# -- 4. the contract tests (the fake-server client tests in tests/remote run in the main suite)
+# -- 4. the contract tests (the fake-server client tests in tests/llm/remote run in the main suite)
 t0=$(now)
 set +e
 DPICL_TEST_VLLM_URL="$URL/v1" DPICL_TEST_VLLM_MODEL="$SERVED" "$ROOT/.venv/bin/pytest" -q -p no:cacheprovider \
-  tests/remote/test_vllm.py "$@"
+  tests/llm/remote/test_vllm.py "$@"
 rc=$?
 set -e
 t_tests=$(( $(now) - t0 ))

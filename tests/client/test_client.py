@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.client import AsyncClient, Client, DpiclError, _Endpoints
-from tests.gateway.test_gateway_api import EXEMPLARS, LABELS, PURE
+from tests.answers.test_gateway_api import EXEMPLARS, LABELS, PURE
 
 T = 180
 

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from tests.gateway.test_gateway_api import EXEMPLARS, LABELS, T
+from tests.answers.test_gateway_api import EXEMPLARS, LABELS, T
 
 # Laplace report-noisy-max is pure DP: each charge is exactly its epsilon in the ledger.
 PURE = {"mechanism": "rnm", "epsilon": 0.5, "partitions": 2, "shots_per_partition": 2, "params": {"noise": "laplace"}}

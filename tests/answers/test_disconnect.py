@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from tests.gateway.test_gateway_api import PURE, T, _dataset
+from tests.answers.test_gateway_api import PURE, T, _dataset
 
 
 def _closed_count(url: str) -> float:

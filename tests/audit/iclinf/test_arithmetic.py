@@ -21,7 +21,7 @@ from app.audit.iclinf_decoding import (
 from app.audit.iclinf_forward import trie_counts
 from app.audit.iclinf_renyi import max_abs_log_ratio, renyi_divergence, renyi_symmetric
 from app.privacy.clip_softmax import clip_softmax_rdp
-from tests.iclinf.fakes import CountingLM, RandomDecodeLM
+from tests.audit.iclinf.fakes import CountingLM, RandomDecodeLM
 
 LABELS = ("alpha", "beta")
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2] / "app"
+ROOT = Path(__file__).resolve().parents[1] / "app"
 LIBRARY = ["privacy", "llm", "icl", "mechanisms", "audit"]
 FORBIDDEN = ("fastapi", "starlette", "sqlalchemy", "alembic", "app.api", "app.store", "app.jobs", "app.budget",
              "app.config", "app.runtime", "app.cli")

@@ -20,7 +20,7 @@ def charge_of(cost: dict):
     """A mechanism's reported cost as the ledger composes it (typed first, as the service does)."""
     return _charge_of(PrivacyCost.from_dict(cost))
 from app.mechanisms import get_mechanism
-from tests.gateway.test_gateway_api import EXEMPLARS, LABELS, T
+from tests.answers.test_gateway_api import EXEMPLARS, LABELS, T
 
 CHEAP = {"mechanism": "rnm", "partitions": 2, "shots_per_partition": 2}
 
