@@ -217,7 +217,8 @@ def mixed_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np
     if isinstance(lam, np.ndarray):
         li = lam.reshape(-1, 1)
         with np.errstate(divide="ignore"):
-            return np.logaddexp(np.log(li) + lp, np.log1p(-li) + lb)
+            per: np.ndarray = np.logaddexp(np.log(li) + lp, np.log1p(-li) + lb)
+        return per
     if lam <= 0.0:
         return np.broadcast_to(lb, lp.shape).copy()
     if lam >= 1.0:  # no mixing (never produced by the calibration; the tests' broken variant)
