@@ -187,7 +187,7 @@ def bench_rouge(args) -> dict:
     lm0, emb = load_models(any(m == "esa" for m in args.mechanisms.split(",")), args.model)
     lm = MemoLM(lm0)
     train, test = load_task()
-    items = test[: args.items]
+    items = test[args.start: args.start + args.items] if args.start >= 0 else test[args.start:][: args.items]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     mechs = [m for m in args.mechanisms.split(",") if m]
     params = dict(MECH_PARAMS)
@@ -333,6 +333,8 @@ def main() -> None:
     r.add_argument("--no-baselines", action="store_true", help="skip zero_shot and full_context")
     r.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     r.add_argument("--model", default="", help="bundled model key, e.g. gemma3-270m (default: the bundled SmolLM2)")
+    r.add_argument("--start", type=int, default=0, help="first test item (negative: from the end, e.g. -3 for the "
+                                                          "held-out probe items test[-3:])")
     m = sub.add_parser("mozo-audit", help="ICLInf-style decoding audit of mozo (data-dependent loss vs charge)")
     m.add_argument("--items", type=int, default=5)
     m.add_argument("--tokens", type=int, default=16)
