@@ -29,8 +29,9 @@ add-one worlds of tests/generation/test_mozo.py caught exactly that).
 The privacy bound is our own derivation, not the papers' theorem. We could read the
 two papers' abstracts and PMixED's public code, not DPS-MOZO's analysis; PMixED's code
 chooses lam per expert from the private p_i so that a Renyi divergence to p_0 stays
-under a target (an RD ball) and adds a data-dependent accounting path. Neither is used
-here. Ours (worst case over every p_i, data-independent):
+under a target (an RD ball) and adds a data-dependent accounting path. The data-dependent
+path is not used; a per-expert lam in a log-ratio ball is ``lambda_mode: "per_expert"``
+(below). Ours (worst case over every p_i, data-independent):
 
     u_i(y) = log p~_i(y) - log b(y)  lies in  [log(1 - lam), log(1 - lam + lam / b(y))]
 
