@@ -7,6 +7,9 @@
     # ROUGE-L on the bundled dialogue-summary task, every mechanism at epsilon 1/4/8 + baselines
     python benchmarks/bench_generate.py rouge --items 20 --tokens 16
 
+    # ICLInf-style decoding audit of mozo: data-dependent Renyi loss per token vs the charged curve
+    python benchmarks/bench_generate.py mozo-audit --items 5 --tokens 16 --epsilons 2,8
+
 ``kv``: one process, the bundled SmolLM2-135M-Instruct, s one-shot prompts from the
 bundled task. The KV-cached run decodes ``--tokens`` tokens (clip-softmax, temperature
 calibrated for epsilon 8); the re-encoding run then replays the same tokens for
@@ -184,7 +187,7 @@ def bench_rouge(args) -> dict:
     lm0, emb = load_models(any(m == "esa" for m in args.mechanisms.split(",")), args.model)
     lm = MemoLM(lm0)
     train, test = load_task()
-    items = test[: args.items]
+    items = test[args.start: args.start + args.items] if args.start >= 0 else test[args.start:][: args.items]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     mechs = [m for m in args.mechanisms.split(",") if m]
     params = dict(MECH_PARAMS)
@@ -223,6 +226,93 @@ def bench_rouge(args) -> dict:
             "reference_0": items[0]["output"], "examples_0": examples, "memo_hits": lm.hits}
 
 
+# ---------------------------------------------------------------------------
+# mozo-audit: ICLInf's decoding audit (Sec. 5, App. C; app/audit/iclinf_decoding.py) ported to mozo
+# ---------------------------------------------------------------------------
+
+
+def bench_mozo_audit(args) -> dict:
+    """For each query (one private generation, the first ``--items`` test dialogues), decode with mozo and at
+    every step compute, from the same logits, the law of the released token with every expert j replaced by
+    a zero-shot expert (exemplar j removed: a padded public expert, mozo's swap neighbour) and
+    eps_t = max_j max(D_a(q || q_-j), D_a(q_-j || q)) at the order a* of the request's charge (ICLInf Thm
+    C.6). eps_RDP = sum_t eps_t (Thm C.7), converted at a* with the accountant's conversion; the theory is
+    the charged composed curve at a*, converted the same way. Data-dependent, one neighbour kind: a
+    consistency check (empirical <= theoretical), not a lower bound on the worst case."""
+    from app.audit.iclinf_renyi import renyi_divergence
+    from app.mechanisms import mozo
+    from app.mechanisms.gen_common import partition, stop_strings
+    from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
+    from app.privacy.rdp import convert_rdp
+
+    lm, _ = load_models(False, args.model)
+    train, test = load_task()
+    items = test[: args.items]
+    cells = []
+    for eps in [float(e) for e in args.epsilons.split(",")]:
+        for mode in args.lambda_modes.split(","):
+            emp_eps, emp_rdp, max_tok, lams = [], [], [], []
+            th = None
+            for j, item in enumerate(items):
+                req = GenerationRequest.build(train, item["input"], epsilon=eps, delta=1e-5, max_tokens=args.tokens,
+                                              template=TEMPLATE, params={"experts": 32, "lambda_mode": mode})
+                cfg = mozo.configure(req)
+                cost = mozo.privacy(cfg, req)
+                orders, rdp = np.asarray(cost["orders"]), np.asarray(cost["rdp"])
+                a = float(convert_rdp(orders, rdp, 1e-5, "best").alpha)  # = cost["alpha"] when RDP is charged
+                ia = int(np.flatnonzero(orders == a)[0])
+                th = {"epsilon_charged": cost["epsilon"], "alpha": a, "rdp_at_alpha": float(rdp[ia]),
+                      "epsilon_at_alpha": float(convert_rdp(orders[ia:ia + 1], rdp[ia:ia + 1], 1e-5, "best").epsilon),
+                      "epsilon_per_token": cfg.epsilon_per_token}
+                g = np.random.default_rng(1000 + j)
+                units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)
+                prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
+                public = build_prompt(lm, req.template, [], req.query)
+                release = mozo.chooser(cfg, g, eos_ids(lm))
+                pad = cfg.weight_experts - cfg.experts
+                per_token: list[float] = []
+
+                def choose(logits, public_logits=None, release=release, per_token=per_token, cfg=cfg, pad=pad, a=a):
+                    tok, info = release(logits, public_logits)
+                    v = np.asarray(public_logits).reshape(-1).size
+                    cand = (np.arange(v) if cfg.public_top_k is None else
+                            public_candidates(public_logits, cfg.public_top_k, sorted(eos_ids(lm))))
+                    base = mozo.base_distribution(public_logits, cand, cfg.uniform_mix)
+                    if cfg.lambda_mode == "per_expert":
+                        lam = mozo.per_expert_lambdas(logits, cand, base, cfg.epsilon_per_token, cfg.weight,
+                                                      cfg.lambda_max)
+                    else:
+                        lam = mozo.calibrate_lambda(cfg.epsilon_per_token, cfg.weight, *mozo.two_smallest(base),
+                                                    cfg.lambda_max)
+                    z = np.asarray(logits, dtype=np.float64)
+                    lq = mozo.step_log_probs(z, cand, base, lam, cfg.weight, pad=pad)
+                    keep = np.ones(z.shape[0], dtype=bool)
+                    worst = 0.0
+                    for e in range(z.shape[0]):
+                        keep[:] = True
+                        keep[e] = False
+                        lam_e = lam[keep] if isinstance(lam, np.ndarray) else lam
+                        lq_e = mozo.step_log_probs(z[keep], cand, base, lam_e, cfg.weight, pad=pad + 1)
+                        worst = max(worst, float(renyi_divergence(lq, lq_e, a)), float(renyi_divergence(lq_e, lq, a)))
+                    per_token.append(worst)
+                    return tok, info
+
+                out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), public_prompt=public)
+                r = float(np.sum(per_token))
+                emp_rdp.append(r)
+                emp_eps.append(float(convert_rdp(np.array([a]), np.array([r]), 1e-5, "best").epsilon))
+                max_tok.append(max(per_token) if per_token else 0.0)
+                lams += [s_["lambda"] for s_ in out.steps]
+                print(f"[{j + 1}/{len(items)}] eps {eps:g} {mode:10s} rdp_emp {r:.4g} eps_emp {emp_eps[-1]:.3f} "
+                      f"(theory at a*={a:g}: rdp {th['rdp_at_alpha']:.4g}, eps {th['epsilon_at_alpha']:.3f}) "
+                      f"{out.text!r}", flush=True)
+            cells.append({"epsilon": eps, "lambda_mode": mode, "theory": th, "rdp_empirical_max": max(emp_rdp),
+                          "epsilon_empirical_max": max(emp_eps), "epsilon_empirical_mean": float(np.mean(emp_eps)),
+                          "max_token_loss": max(max_tok), "mean_lambda": float(np.mean(lams)) if lams else None})
+    return {"env": env_line(lm), "items": len(items), "tokens": args.tokens, "neighbour": "expert -> zero-shot expert",
+            "cells": cells}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="generation benchmarks")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -243,14 +333,24 @@ def main() -> None:
     r.add_argument("--no-baselines", action="store_true", help="skip zero_shot and full_context")
     r.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     r.add_argument("--model", default="", help="bundled model key, e.g. gemma3-270m (default: the bundled SmolLM2)")
-    for p in (k, r):
+    r.add_argument("--start", type=int, default=0, help="first test item (negative: from the end, e.g. -3 for the "
+                                                          "held-out probe items test[-3:])")
+    m = sub.add_parser("mozo-audit", help="ICLInf-style decoding audit of mozo (data-dependent loss vs charge)")
+    m.add_argument("--items", type=int, default=5)
+    m.add_argument("--tokens", type=int, default=16)
+    m.add_argument("--epsilons", default="2,8")
+    m.add_argument("--lambda-modes", default="public,per_expert")
+    m.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
+    m.add_argument("--model", default="", help="bundled model key (default: the bundled SmolLM2)")
+    for p in (k, r, m):
         p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     args = ap.parse_args()
     if getattr(args, "threads", 0):
         import torch
 
         torch.set_num_threads(args.threads)
-    res = bench_kv(args) if args.cmd == "kv" else bench_rouge(args)
+    res = (bench_kv(args) if args.cmd == "kv" else bench_rouge(args) if args.cmd == "rouge"
+           else bench_mozo_audit(args))
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:

@@ -29,8 +29,9 @@ add-one worlds of tests/generation/test_mozo.py caught exactly that).
 The privacy bound is our own derivation, not the papers' theorem. We could read the
 two papers' abstracts and PMixED's public code, not DPS-MOZO's analysis; PMixED's code
 chooses lam per expert from the private p_i so that a Renyi divergence to p_0 stays
-under a target (an RD ball) and adds a data-dependent accounting path. Neither is used
-here. Ours (worst case over every p_i, data-independent):
+under a target (an RD ball) and adds a data-dependent accounting path. The data-dependent
+path is not used; a per-expert lam in a log-ratio ball is ``lambda_mode: "per_expert"``
+(below). Ours (worst case over every p_i, data-independent):
 
     u_i(y) = log p~_i(y) - log b(y)  lies in  [log(1 - lam), log(1 - lam + lam / b(y))]
 
@@ -52,6 +53,26 @@ every step lam_t is the largest lam with eps_tok(lam) <= eps_tok, solved in clos
 from m_1, m_2 -- quantities of the PUBLIC base b (template, query, released tokens), so
 lam_t is a public function too and the charge (fixed before the first step) covers
 every step. ``lambda_max`` caps lam_t (a smaller lam only lowers eps_tok(lam)).
+
+Per-expert lam (``lambda_mode: "per_expert"``, PMixED-style; our proof, see docs/generation.md).
+PMixED (Sec. 3, and ``pmixed.py`` of james-flemings/pmixed) chooses lam_i per expert from the
+PRIVATE p_i so that the mixed p~_i stays in a ball around the public distribution, a
+constraint that holds for EVERY dataset, so the resulting bound is still worst case. Our
+ball is the log-ratio range (not PMixED's Renyi ball, whose bound is for an average, not
+a product): lam_i is the largest lam <= ``lambda_max`` with
+
+    range_y u_i(y) = log((1 + lam (R_i - 1)) / (1 + lam (r_i - 1))) <= beta = eps_tok / (2 w)
+
+(R_i, r_i = max, min over C_t of p_i|C(y) / b(y); the range is increasing in lam, solved in
+closed form). Every other expert's lam_i depends on its own partition only, so a neighbour
+changes u_j alone, and log q'(y) - log q(y) = w (u_j' - u_j)(y) - log(Z'/Z) has range over y
+at most w (range u_j' + range u_j) <= 2 w beta = eps_tok (a padded zero-shot expert has range
+0): the same eps_tok-bounded-range step, the same per-token curve and charge as the public
+lam. Worst case p_i (a point mass on the least likely base token) gives back the public
+lam of a uniform base; any other p_i gets a larger lam_i. The lam_i are private (they are
+only in white-box internals, as their mean). The DPS-MOZO paper's own theorem (its Renyi
+analysis, subsampling, online/offline modes) could not be read here (only its abstract
+and introduction), so none of it is implemented or cited as a theorem.
 
 Why ``uniform_mix`` (mu): EOS is always a candidate and p_0(EOS) is often ~1e-8 in
 mid-sentence, which would force lam_t ~ 0 (pure zero-shot) at every step. The uniform
@@ -91,7 +112,9 @@ if TYPE_CHECKING:
     from app.llm.types import Embedder, LanguageModel
 
 NAME = "mozo"
-PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k")
+PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k",
+          "lambda_mode")
+LAMBDA_MODES = ("public", "per_expert")
 DEFAULT_EXPERTS = 32
 # Defaults from a probe on 3 held-out test dialogues (test[-3:], never in the reported eval),
 # 24 tokens: docs/generation.md, "mozo". tau = 1 (the plain geometric mean) sampled too flat
@@ -148,13 +171,58 @@ def two_smallest(b: np.ndarray) -> tuple[float, float]:
     return float(s[0]), float(s[1] if s.size > 1 else s[0])
 
 
-def mixed_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray, lam: float) -> np.ndarray:
-    """log p~_i(y) = log(lam p_i|C(y) + (1 - lam) b(y)), shape (E, |C|)."""
+def ratio_range(lam: float, r_max: float, r_min: float) -> float:
+    """range_y log(lam r(y) + 1 - lam) for ratios r = p_i/b in [r_min, r_max]: the log-ratio range of p~_i to b."""
+    lo = (1.0 - lam) + lam * r_min  # not log1p(lam (r - 1)): lam -> 1 with r -> 0 must not round to log(0)
+    if not lo > 0.0:
+        return math.inf
+    return math.log((1.0 - lam) + lam * r_max) - math.log(lo)
+
+
+def per_expert_lambda(beta: float, r_max: float, r_min: float, lambda_max: float = 1.0) -> float:
+    """Largest lam in [0, lambda_max] with ratio_range(lam, r_max, r_min) <= beta (r_min <= 1 <= r_max).
+
+    (1 + lam (R - 1)) = e^beta (1 + lam (r - 1))  =>  lam = (e^beta - 1) / ((R - 1) + e^beta (1 - r))."""
+    den = (r_max - 1.0) + math.exp(beta) * (1.0 - r_min)
+    if not den > 0.0:  # p_i = b on C: any lam leaves p~_i = b
+        return lambda_max
+    lam = min(math.expm1(beta) / den, lambda_max)
+    for _ in range(64):  # rounding must never put p~_i outside the ball
+        if ratio_range(lam, r_max, r_min) <= beta:
+            return lam
+        lam *= 1.0 - 1e-9
+    lo, hi = 0.0, lam  # (not reached in the tests) plain bisection from the safe side
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ratio_range(mid, r_max, r_min) <= beta else (lo, mid)
+    return lo
+
+
+def per_expert_lambdas(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray,
+                       epsilon_per_token: float, weight: float, lambda_max: float = 1.0) -> np.ndarray:
+    """lam_i per expert (``lambda_mode`` per_expert): each p~_i within log-ratio range eps_tok / (2 w) of b."""
+    z = np.asarray(private_logits, dtype=np.float64)
+    if z.ndim == 1:
+        z = z[None, :]
+    lr = log_softmax(z[:, candidates], axis=1) - np.log(base)[None, :]
+    beta = epsilon_per_token / (2.0 * weight)
+    return np.array([per_expert_lambda(beta, float(np.exp(row.max())), float(np.exp(row.min())), lambda_max)
+                     for row in lr], dtype=np.float64)
+
+
+def mixed_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray,
+                    lam: float | np.ndarray) -> np.ndarray:
+    """log p~_i(y) = log(lam p_i|C(y) + (1 - lam) b(y)), shape (E, |C|); lam a float or one per expert."""
     z = np.asarray(private_logits, dtype=np.float64)
     if z.ndim == 1:
         z = z[None, :]
     lp = log_softmax(z[:, candidates], axis=1)
     lb = np.log(base)[None, :]
+    if isinstance(lam, np.ndarray):
+        li = lam.reshape(-1, 1)
+        with np.errstate(divide="ignore"):
+            per: np.ndarray = np.logaddexp(np.log(li) + lp, np.log1p(-li) + lb)
+        return per
     if lam <= 0.0:
         return np.broadcast_to(lb, lp.shape).copy()
     if lam >= 1.0:  # no mixing (never produced by the calibration; the tests' broken variant)
@@ -162,7 +230,7 @@ def mixed_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np
     return np.logaddexp(math.log(lam) + lp, math.log1p(-lam) + lb)
 
 
-def step_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray, lam: float,
+def step_log_probs(private_logits: np.ndarray, candidates: np.ndarray, base: np.ndarray, lam: float | np.ndarray,
                    weight: float, pad: int = 0) -> np.ndarray:
     """log q over the candidates: w (sum_i log p~_i + pad log b), normalised.
 
@@ -192,6 +260,7 @@ class MozoConfig:
     tokens: int
     change: sens.UnitChange
     public_top_k: int | None = None  # not in to_dict: the cost does not depend on it
+    lambda_mode: str = "public"  # "per_expert": lam_i from p_i within the ball (same bound, same cost)
 
     @property
     def weight(self) -> float:
@@ -205,7 +274,10 @@ class MozoConfig:
             "product_weight": self.weight,
             "uniform_mix": self.uniform_mix,
             "lambda_max": self.lambda_max,
-            "lambda": "per step from the public base: largest lam with the bound <= epsilon_per_token",
+            "lambda_mode": self.lambda_mode,
+            "lambda": ("per step from the public base: largest lam with the bound <= epsilon_per_token"
+                       if self.lambda_mode == "public" else
+                       "per step and expert: largest lam_i with log-ratio range of p~_i to b <= epsilon_per_token / (2 w)"),
             "epsilon_per_token": self.epsilon_per_token,
             "compositions": self.tokens,
             "unit_change": self.change.value,
@@ -227,8 +299,9 @@ def configure(req: GenerationRequest) -> MozoConfig:
     lam_max = p.positive("lambda_max", 1.0, upper=1.0)
     # Swap bound always (as poe): it also covers an added expert, since w does not depend on n.
     change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
+    mode = p.choice("lambda_mode", "public", LAMBDA_MODES)
     et = resolve_epsilon_per_token(p, eps, req.max_tokens, req.delta)
-    return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, req.max_tokens, change, top_k)
+    return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, req.max_tokens, change, top_k, mode)
 
 
 def privacy(cfg: MozoConfig, req: GenerationRequest) -> dict[str, Any]:
@@ -249,12 +322,18 @@ def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
                 else public_candidates(public_logits, cfg.public_top_k, sorted(eos)))
         base = base_distribution(public_logits, cand, cfg.uniform_mix)
         m1, m2 = two_smallest(base)
-        lam = calibrate_lambda(cfg.epsilon_per_token, cfg.weight, m1, m2, cfg.lambda_max) if cand.size > 1 else 0.0
+        lam: float | np.ndarray
+        if cand.size <= 1:
+            lam = 0.0
+        elif cfg.lambda_mode == "per_expert":
+            lam = per_expert_lambdas(logits, cand, base, cfg.epsilon_per_token, cfg.weight, cfg.lambda_max)
+        else:
+            lam = calibrate_lambda(cfg.epsilon_per_token, cfg.weight, m1, m2, cfg.lambda_max)
         lq = step_log_probs(logits, cand, base, lam, cfg.weight, pad=cfg.weight_experts - cfg.experts)
         i = gumbel_argmax(lq, rng)
         tok = int(cand[i])
         return tok, {"token": tok, "log_prob": float(lq[i]), "max_prob": float(np.exp(lq.max())),
-                     "candidates": int(cand.size), "lambda": lam, "base_min": m1}
+                     "candidates": int(cand.size), "lambda": float(np.mean(lam)), "base_min": m1}
 
     return choose
 

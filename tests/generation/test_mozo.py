@@ -256,3 +256,149 @@ def test_epsilon_required():
     with pytest.raises(MechanismParamError) as e:
         get_generation_mechanism("mozo").cost(_req(epsilon=None))
     assert e.value.param == "epsilon"
+
+
+# ---------------------------------------------------------------------------
+# lambda_mode "per_expert": lam_i from the private p_i inside a log-ratio ball (same bound, same cost)
+# ---------------------------------------------------------------------------
+
+
+def _ref_ball_lambda(p: np.ndarray, base: np.ndarray, beta: float) -> float:
+    """Largest lam with ptp_y log(lam p + (1 - lam) b) - log b <= beta, by plain bisection (no mozo code)."""
+    def rng_of(lam: float) -> float:
+        return float(np.ptp(np.log(lam * p + (1.0 - lam) * base) - np.log(base)))
+    if rng_of(1.0) <= beta:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if rng_of(mid) <= beta else (lo, mid)
+    return lo
+
+
+def _ref_law_per_expert(private_logits: np.ndarray, base: np.ndarray, eps_tok: float, w: float,
+                        pad: int = 0) -> np.ndarray:
+    ps = _softmax(private_logits)
+    lams = np.array([_ref_ball_lambda(p, base, eps_tok / (2.0 * w)) for p in ps])
+    mixed = lams[:, None] * ps + (1.0 - lams[:, None]) * base[None, :]
+    mixed = np.vstack([mixed] + [base[None, :]] * pad)
+    un = np.prod(mixed ** w, axis=0)
+    return un / un.sum()
+
+
+def test_per_expert_lambda_is_the_largest_inside_the_ball():
+    rng = np.random.default_rng(41)
+    for _ in range(500):
+        v = int(rng.integers(2, 12))
+        base = _ref_base(_softmax(rng.normal(0, 3, size=v)), float(rng.choice([0.0, 0.1, 1.0])))
+        z = rng.normal(0, float(rng.choice([0.3, 3.0, 30.0])), size=(3, v))
+        w, eps = float(rng.uniform(0.02, 1.0)), float(rng.uniform(0.01, 3.0))
+        lams = mozo.per_expert_lambdas(z, np.arange(v), base, eps, w)
+        for p, lam in zip(_softmax(z), lams):
+            ref = _ref_ball_lambda(p, base, eps / (2 * w))
+            assert lam == pytest.approx(ref, rel=1e-7, abs=1e-12)
+            assert float(np.ptp(np.log(lam * p + (1 - lam) * base) - np.log(base))) <= eps / (2 * w) * (1 + 1e-9)
+    # never below the public lam of a uniform base (the worst p_i gives it back exactly)
+    v, w, eps = 11, 1 / 8, 0.3
+    base = np.full(v, 1 / v)
+    lam_pub = mozo.calibrate_lambda(eps, w, 1 / v, 1 / v)
+    point = np.full((1, v), -300.0)
+    point[0, 0] = 0.0
+    assert mozo.per_expert_lambdas(point, np.arange(v), base, eps, w)[0] == pytest.approx(lam_pub, rel=1e-9)
+    z = rng.normal(0, 2, size=(50, v))
+    assert (mozo.per_expert_lambdas(z, np.arange(v), base, eps, w) >= lam_pub * (1 - 1e-12)).all()
+
+
+def test_per_expert_exact_divergences_within_the_claim_on_random_worst_case_neighbours():
+    """Brute force on small instances: for many random p_i and every replacement of one expert by a
+    point mass (the extreme points) or a random p, the exact log-ratio range stays <= eps_tok and the
+    exact Renyi divergences stay under the composed per-token curve; the worst found is near the claim."""
+    rng = np.random.default_rng(43)
+    worst = 0.0
+    for _ in range(150):
+        v, e = int(rng.integers(2, 7)), int(rng.integers(1, 5))
+        w, eps = float(rng.uniform(0.05, 1.0)), float(rng.uniform(0.05, 2.0))
+        mu = float(rng.choice([0.0, 0.1, 1.0]))
+        base = _ref_base(_softmax(rng.normal(0, 2, size=v)), mu)
+        curve = poe_decode.per_token_rdp(ORDERS, eps)
+        z = rng.normal(0, float(rng.choice([0.5, 3.0, 30.0])), size=(e, v))
+        j = int(rng.integers(e))
+        alts = [np.where(np.arange(v) == k, 0.0, -300.0) for k in range(v)]
+        alts += [rng.normal(0, 5, size=v) * rng.choice([0.1, 1.0, 30.0]) for _ in range(3)]
+        laws = []
+        for a in alts:
+            z2 = z.copy()
+            z2[j] = a
+            laws.append(_ref_law_per_expert(z2, base, eps, w, pad=1))
+        laws.append(_ref_law_per_expert(z, base, eps, w, pad=1))
+        laws.append(_ref_law_per_expert(z[np.arange(e) != j], base, eps, w, pad=2))  # add-one via padding
+        # the step's own code gives the same law
+        lams = mozo.per_expert_lambdas(z, np.arange(v), base, eps, w)
+        assert np.allclose(np.exp(mozo.step_log_probs(z, np.arange(v), base, lams, w, pad=1)), laws[-2], atol=1e-10)
+        for x in range(len(laws)):
+            for y in range(x + 1, len(laws)):
+                d = np.log(laws[x]) - np.log(laws[y])
+                worst = max(worst, float(np.ptp(d)) / eps)
+                assert np.ptp(d) <= eps * (1 + 1e-9)
+                for a, c in zip(ORDERS, curve):
+                    assert max(_ref_renyi(laws[x], laws[y], a), _ref_renyi(laws[y], laws[x], a)) <= c * (1 + 1e-9) + 1e-12
+    assert worst > 0.9  # point masses get close to the claim: the check is not vacuous
+
+
+def test_per_expert_broken_ball_exceeds_the_claim():
+    """The factor 2 matters: a ball of radius eps_tok / w (range of one expert only) breaks the bound."""
+    v, w, eps = 4, 0.5, 0.8
+    base = np.full(v, 0.25)
+    pj, pj2 = np.full(v, -300.0), np.full(v, -300.0)
+    pj[0], pj2[1] = 0.0, 0.0
+    def law(z: np.ndarray, beta: float) -> np.ndarray:
+        p = _softmax(z)
+        lam = _ref_ball_lambda(p, base, beta)
+        m = (lam * p + (1 - lam) * base) ** w
+        return m / m.sum()
+    good = np.ptp(np.log(law(pj, eps / (2 * w))) - np.log(law(pj2, eps / (2 * w))))
+    bad = np.ptp(np.log(law(pj, eps / w)) - np.log(law(pj2, eps / w)))
+    assert good <= eps * (1 + 1e-9) < bad
+
+
+def test_per_expert_step_sampled_within_claim_and_unmixed_variant_rejected():
+    cfg = mozo.MozoConfig(experts=2, weight_experts=2, group_size=1, temperature=1.0, uniform_mix=0.1,
+                          lambda_max=1.0, epsilon_per_token=1.0, tokens=1,
+                          change=mozo.sens.UnitChange.SWAP_UNIT, public_top_k=None, lambda_mode="per_expert")
+    v = 5
+    public = np.log(np.array([0.55, 0.25, 0.12, 0.06, 0.02]))
+    other = np.array([2.0, 1.0, 0.0, 0.0, 0.0])
+    pj, pj2 = np.full(v, -30.0), np.full(v, -30.0)
+    pj[3], pj2[4] = 0.0, 0.0
+    d, d2 = np.vstack([other, pj]), np.vstack([other, pj2])
+    cand = np.arange(v)
+    base = mozo.base_distribution(public, cand, cfg.uniform_mix)
+    lam_pub = mozo.calibrate_lambda(1.0, cfg.weight, *mozo.two_smallest(base))
+    lams = mozo.per_expert_lambdas(d, cand, base, 1.0, cfg.weight)
+    assert lams[0] > 2 * lam_pub  # the non-extreme expert gets a larger lam than the public rule
+    lq, lq2 = (mozo.step_log_probs(x, cand, base, mozo.per_expert_lambdas(x, cand, base, 1.0, cfg.weight),
+                                   cfg.weight) for x in (d, d2))
+    exact = float(np.ptp(lq - lq2))
+    assert 0.5 < exact <= 1.0
+
+    choose = mozo.chooser(cfg, np.random.default_rng(0), set())
+    tok, info = choose(d, public)
+    assert info["lambda"] == pytest.approx(float(np.mean(lams)))
+
+    def draws(lq_: np.ndarray, seed: int) -> np.ndarray:
+        return np.argmax(lq_[None, :] + np.random.default_rng(seed).gumbel(size=(N, v)), axis=1)
+
+    assert sampled_epsilon_lower_bound(counts(draws(lq, 51), v), counts(draws(lq2, 52), v), alpha=ALPHA).lower <= 1.0
+    u, u2 = (mozo.step_log_probs(x, cand, base, np.ones(2), cfg.weight) for x in (d, d2))  # mixing dropped
+    assert sampled_epsilon_lower_bound(counts(draws(u, 53), v), counts(draws(u2, 54), v), alpha=ALPHA).lower > 1.0
+
+
+def test_lambda_mode_param_and_cost_unchanged():
+    mech = get_generation_mechanism("mozo")
+    a = mech.cost(_req({"lambda_mode": "public"}))
+    b = mech.cost(_req({"lambda_mode": "per_expert"}))
+    assert a["epsilon"] == b["epsilon"] and a["rdp"] == b["rdp"]
+    assert b["params"]["lambda_mode"] == "per_expert"
+    with pytest.raises(MechanismParamError) as e:
+        mech.cost(_req({"lambda_mode": "paper"}))
+    assert e.value.param == "params.lambda_mode"
