@@ -24,7 +24,7 @@ private n). When fewer than E experts can be built (n < E), the missing ones are
 zero-shot experts (p~ = b): the product always has E factors, so adding an exemplar
 swaps a public factor for a private one (without the padding an added factor b^w would
 move the log-ratio by w log b(y), which the bound below does not cover -- the random
-add-one worlds of tests/generation/test_mozo.py caught exactly that).
+add-one worlds of tests/mechanisms/generation/test_mozo.py caught exactly that).
 
 The privacy bound is our own derivation, not the papers' theorem. We could read the
 two papers' abstracts and PMixED's public code, not DPS-MOZO's analysis; PMixED's code

@@ -266,7 +266,7 @@ def test_rouge_l():
 def test_bundled_task_is_regenerated_byte_for_byte():
     import importlib.util
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     spec = importlib.util.spec_from_file_location("make_generation_task", root / "scripts" / "make_generation_task.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
