@@ -13,7 +13,9 @@ parameters and model) gets the stored released answer back at no cost, marked ``
 (post-processing of a released answer; docs/privacy.md, "Answer reuse"), unless the dataset opted
 out (``answer_reuse: false``) or the request asks ``reuse: false``. A model call never runs inside a
 database transaction (it can take seconds: a held SQLite write lock or an idle PostgreSQL
-transaction would stall every other request).
+transaction would stall every other request). That is also why the unit of work is the service's,
+not a request-scoped session dependency: one session per phase, opened in the worker thread that
+runs it; repositories and the ledger never commit, the phase does.
 """
 
 from __future__ import annotations

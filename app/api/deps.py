@@ -1,9 +1,8 @@
 from __future__ import annotations
 
-from typing import Annotated, Iterator
+from typing import Annotated
 
 from fastapi import Depends, Query, Request
-from sqlalchemy.orm import Session
 
 from app.runtime import Runtime
 
@@ -13,15 +12,6 @@ def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-
-
-def get_session(request: Request) -> Iterator[Session]:
-    rt: Runtime = request.app.state.runtime
-    with rt.db.session() as s:
-        yield s
-
-
-SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def get_tenant(request: Request) -> str:
