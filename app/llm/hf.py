@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from .decode import DecodeSession
 from .errors import CapabilityError
@@ -65,10 +66,11 @@ class ForwardStats:
     reused_tokens: int = 0
     forward_calls: int = 0
     prefix_cache_hits: int = 0
+    merged_steps: int = 0  # forward passes that carried the decode steps of several sessions
 
     def reset(self) -> None:
         self.forward_tokens = self.padded_tokens = self.reused_tokens = 0
-        self.forward_calls = self.prefix_cache_hits = 0
+        self.forward_calls = self.prefix_cache_hits = self.merged_steps = 0
 
     def snapshot(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -107,7 +109,11 @@ class HFLanguageModel:
         self.stats = ForwardStats()
         self._lock = threading.RLock()
         self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts),
-                                        model_stats=self.stats.snapshot)
+                                        model_stats=self.stats.snapshot, run_steps=self._run_steps)
+        # Decode steps of concurrent sessions are merged into one forward pass when the merged batch is
+        # small enough to pay (see _step_groups and docs/models.md#decode-batching): at most this many
+        # row-tokens of KV cache (rows x padded length) per merged step; 0 turns merging off.
+        self.merge_step_tokens: int = max(0, int(opts.get("merge_step_tokens", 4096)))
         self._tok_lock = threading.Lock()
 
         cfg = model.config.get_text_config()
@@ -440,14 +446,122 @@ class HFLanguageModel:
             self.stats.reused_tokens += p * len(rows)
             if len(rows) == 1 and reuse_prefix:
                 self._remember(kv, rows[0])
-        return DecodeSession(self, kv, logits, rows)
+        # A session that reads no cached prefix (private decoding's public row) also steps alone: its
+        # numbers are then a function of its own rows, never of a merged batch's shape.
+        return DecodeSession(self, kv, logits, rows, tenant=current_tenant(), shared_steps=reuse_prefix)
 
-    def _decode_step(self, kv: KVBatch, tokens: Sequence[int]) -> torch.Tensor:
+    def _decode_step(self, kv: KVBatch, tokens: Sequence[int], *, shared: bool = True) -> torch.Tensor:
         if self._max_context is not None and int(kv.lengths.max()) + 1 > self._max_context:
             raise CapabilityError(f"decoding past the max context {self._max_context} of model {self.name!r}")
+        if shared and self.scheduler.opts.enabled:
+            out: torch.Tensor = self.scheduler.submit_step(kv, tokens)
+            return out
+        return self._step_alone(kv, tokens)
+
+    def _step_alone(self, kv: KVBatch, tokens: Sequence[int]) -> torch.Tensor:
         with self._lock:
             hidden = self._forward(kv, [[int(t)] for t in tokens])
+            assert hidden is not None
             return self._logits(hidden[:, 0])
+
+    def _step_groups(self, kvs: Sequence[KVBatch]) -> list[list[int]]:
+        """Which queued decode steps to merge: groups of indices into ``kvs`` (a group of one steps alone).
+
+        A merged step saves the fixed cost of a forward pass (on a CPU, reading the weights once
+        instead of once per session) but copies every member's cache into a left-padded batch and
+        attends over the longest member's length. It pays while the caches are small next to the
+        weights: members are taken shortest first while rows x padded length stays within
+        ``merge_step_tokens`` and padding at most doubles the cached tokens. Measured numbers:
+        docs/models.md#decode-batching.
+        """
+        order = sorted(range(len(kvs)), key=lambda i: kvs[i].physical_length)
+        if self.merge_step_tokens == 0 or len(kvs) < 2:
+            return [[i] for i in order]
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        rows = real = 0
+        for i in order:  # ascending: physical_length + 1 of kvs[i] is the padded length if it joins
+            kv = kvs[i]
+            t = kv.physical_length + 1
+            n_rows, n_real = rows + kv.n, real + kv.n * t
+            fits = n_rows * t <= self.merge_step_tokens and n_rows * t <= 2 * n_real
+            if self._window is not None and t > self._window:
+                fits = False  # padded batches longer than the window are not supported (_forward)
+            if cur and fits:
+                cur.append(i)
+                rows, real = n_rows, n_real
+                continue
+            if cur:
+                groups.append(cur)
+            cur, rows, real = [i], kv.n, kv.n * t
+        groups.append(cur)
+        return groups
+
+    def _run_steps(self, items: list[tuple[Any, list[int]]]) -> list[Any]:
+        """The scheduler's step runner: decode steps ``(kv, tokens)`` of concurrent sessions; one
+        result per step, its (n, V) logits or the exception that step raised."""
+        kvs: list[KVBatch] = [kv for kv, _ in items]
+        results: list[Any] = [None] * len(items)
+        with self._lock:
+            for group in self._step_groups(kvs):
+                if len(group) > 1:
+                    try:
+                        outs = self._merged_step([kvs[i] for i in group], [items[i][1] for i in group])
+                    except Exception:  # nothing was written back: step each alone, each with its own error
+                        log.exception("merged decode step failed; stepping its sessions one by one")
+                    else:
+                        for i, o in zip(group, outs):
+                            results[i] = o
+                        continue
+                for i in group:
+                    try:
+                        results[i] = self._step_alone(kvs[i], items[i][1])
+                    except Exception as exc:  # noqa: BLE001 - handed to that step's caller
+                        results[i] = exc
+        return results
+
+    def _merged_step(self, kvs: Sequence[KVBatch], tokens: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """One forward pass for the next token of several sessions' rows: each cache is left padded
+        to the longest (masked holes, exact position ids: kv.py), and afterwards each session keeps
+        its own rows without the padding (views of the merged cache). Call under ``_lock``."""
+        width = max(kv.physical_length for kv in kvs)
+        n_total = sum(kv.n for kv in kvs)
+        n_layers = len(kvs[0].cache.layers)
+        data = []
+        for li in range(n_layers):
+            ref = kvs[0].cache.layers[li]
+            k_shape = (n_total, ref.keys.shape[1], width, ref.keys.shape[3])
+            v_shape = (n_total, ref.values.shape[1], width, ref.values.shape[3])
+            keys, values = ref.keys.new_zeros(k_shape), ref.values.new_zeros(v_shape)
+            r = 0
+            for kv in kvs:
+                layer = kv.cache.layers[li]
+                off = width - kv.physical_length
+                keys[r:r + kv.n, :, off:] = layer.keys
+                values[r:r + kv.n, :, off:] = layer.values
+                r += kv.n
+            data.append((keys, values))
+        mask = torch.zeros((n_total, width), dtype=torch.long, device=self.device)
+        r = 0
+        for kv in kvs:
+            mask[r:r + kv.n, width - kv.physical_length:] = kv.mask
+            r += kv.n
+        merged = KVBatch(DynamicCache(ddp_cache_data=data), mask, torch.cat([kv.lengths for kv in kvs]))
+        hidden = self._forward(merged, [[int(t)] for toks in tokens for t in toks])
+        assert hidden is not None
+        logits = self._logits(hidden[:, 0])
+        outs = []
+        r = 0
+        for kv in kvs:
+            off = width - kv.physical_length
+            kv.cache = DynamicCache(ddp_cache_data=[(layer.keys[r:r + kv.n, :, off:], layer.values[r:r + kv.n, :, off:])
+                                                    for layer in merged.cache.layers])
+            kv.mask = merged.mask[r:r + kv.n, off:]
+            kv.lengths = merged.lengths[r:r + kv.n]
+            outs.append(logits[r:r + kv.n])
+            r += kv.n
+        self.stats.merged_steps += 1
+        return outs
 
     def generate(
         self,
