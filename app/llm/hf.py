@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from transformers import DynamicCache
 
 from .decode import DecodeSession
 from .errors import CapabilityError
-from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
+from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix, cache_layers
 from .scheduler import BatchScheduler, SchedulerOptions
 from .tenancy import current_tenant
 from .types import Capabilities, Generation, ModelSpec
@@ -81,7 +81,7 @@ class HFLanguageModel:
 
     backend = "hf"
 
-    def __init__(self, spec: ModelSpec, model: Any, tokenizer: Any, *, device: torch.device, dtype: torch.dtype):
+    def __init__(self, spec: ModelSpec, model: Any, tokenizer: Any, *, device: torch.device | str, dtype: torch.dtype):
         self.name = spec.name
         self.spec = spec
         self.model = model
@@ -133,7 +133,7 @@ class HFLanguageModel:
         self._bos_id = bos if (bos is not None and with_special and with_special[0] == bos) else None
         eos: set[int] = set()
         gc_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        for e in (gc_eos if isinstance(gc_eos, (list, tuple)) else [gc_eos]) + [tokenizer.eos_token_id]:
+        for e in (list(gc_eos) if isinstance(gc_eos, (list, tuple)) else [gc_eos]) + [tokenizer.eos_token_id]:
             if e is not None:
                 eos.add(int(e))
         self.eos_token_ids = frozenset(eos)
@@ -178,7 +178,7 @@ class HFLanguageModel:
         with self._tok_lock:
             return self.tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise CapabilityError(f"model {self.name!r} has no chat template (not an instruction-tuned model?)")
         with self._tok_lock:
@@ -320,8 +320,9 @@ class HFLanguageModel:
         """(B, V) float32: log p(next token | prompt_b) over the full vocabulary."""
         return self.scheduler.submit(("next",), self._encode_prompts(prompts))
 
-    def _run_batch(self, key: tuple, rows: list[list[int]]) -> np.ndarray:
+    def _run_batch(self, key: Hashable, rows: list[list[int]]) -> np.ndarray:
         """The scheduler's batch: rows of one or more calls of the same kind (``key``), in one batched call."""
+        assert isinstance(key, tuple)
         if key[0] == "next":
             return self._next_token_rows(rows)
         return self._continuation_rows(rows, [list(c) for c in key[1]])
@@ -340,6 +341,7 @@ class HFLanguageModel:
                 kv = KVBatch.from_prefix(prefix, len(chunk), self.device)
                 suffixes = [rows[i][p:] for i in chunk]
                 hidden = self._forward(kv, suffixes)
+                assert hidden is not None  # every row has a token
                 last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
                 h = hidden[torch.arange(len(chunk), device=self.device), last]
                 lp = torch.log_softmax(self._logits(h), dim=-1)
@@ -393,7 +395,11 @@ class HFLanguageModel:
                 self.stats.reused_tokens += p * len(group)
                 pair_kv = kv.select([g for g in range(len(group)) for _ in range(k_count)]) if k_count > 1 else kv
                 self.stats.reused_tokens += (k_count - 1) * sum(covered)
-                rows2, row_idx, pos_idx, targets, owner = [], [], [], [], []
+                rows2: list[list[int]] = []
+                row_idx: list[int] = []
+                pos_idx: list[int] = []
+                targets: list[int] = []
+                owner: list[int] = []
                 for gi, b in enumerate(group):
                     offset = len(prows[b]) - 1 - covered[gi]
                     for k, c in enumerate(conts):
@@ -405,6 +411,7 @@ class HFLanguageModel:
                             targets.append(t)
                             owner.append(gi * k_count + k)
                 hidden = self._forward(pair_kv, rows2)
+                assert hidden is not None  # every pair row has a token
                 totals = torch.zeros(len(rows2), dtype=torch.float64)
                 ri = torch.as_tensor(row_idx, device=self.device)
                 pi = torch.as_tensor(pos_idx, device=self.device)
@@ -441,6 +448,7 @@ class HFLanguageModel:
             kv = KVBatch.from_prefix(prefix, len(rows), self.device)
             suffixes = [r[p:] for r in rows]
             hidden = self._forward(kv, suffixes)
+            assert hidden is not None  # every prompt has a token
             last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
             logits = self._logits(hidden[torch.arange(len(rows), device=self.device), last])
             self.stats.reused_tokens += p * len(rows)
@@ -526,19 +534,17 @@ class HFLanguageModel:
         its own rows without the padding (views of the merged cache). Call under ``_lock``."""
         width = max(kv.physical_length for kv in kvs)
         n_total = sum(kv.n for kv in kvs)
-        n_layers = len(kvs[0].cache.layers)
+        members = [cache_layers(kv.cache) for kv in kvs]
         data = []
-        for li in range(n_layers):
-            ref = kvs[0].cache.layers[li]
-            k_shape = (n_total, ref.keys.shape[1], width, ref.keys.shape[3])
-            v_shape = (n_total, ref.values.shape[1], width, ref.values.shape[3])
-            keys, values = ref.keys.new_zeros(k_shape), ref.values.new_zeros(v_shape)
+        for li in range(len(members[0])):
+            ref_k, ref_v = members[0][li]
+            keys = ref_k.new_zeros((n_total, ref_k.shape[1], width, ref_k.shape[3]))
+            values = ref_v.new_zeros((n_total, ref_v.shape[1], width, ref_v.shape[3]))
             r = 0
-            for kv in kvs:
-                layer = kv.cache.layers[li]
+            for kv, layers in zip(kvs, members):
                 off = width - kv.physical_length
-                keys[r:r + kv.n, :, off:] = layer.keys
-                values[r:r + kv.n, :, off:] = layer.values
+                keys[r:r + kv.n, :, off:] = layers[li][0]
+                values[r:r + kv.n, :, off:] = layers[li][1]
                 r += kv.n
             data.append((keys, values))
         mask = torch.zeros((n_total, width), dtype=torch.long, device=self.device)
@@ -550,12 +556,13 @@ class HFLanguageModel:
         hidden = self._forward(merged, [[int(t)] for toks in tokens for t in toks])
         assert hidden is not None
         logits = self._logits(hidden[:, 0])
+        merged_layers = cache_layers(merged.cache)
         outs = []
         r = 0
         for kv in kvs:
             off = width - kv.physical_length
-            kv.cache = DynamicCache(ddp_cache_data=[(layer.keys[r:r + kv.n, :, off:], layer.values[r:r + kv.n, :, off:])
-                                                    for layer in merged.cache.layers])
+            kv.cache = DynamicCache(ddp_cache_data=[(k[r:r + kv.n, :, off:], v[r:r + kv.n, :, off:])
+                                                    for k, v in merged_layers])
             kv.mask = merged.mask[r:r + kv.n, off:]
             kv.lengths = merged.lengths[r:r + kv.n]
             outs.append(logits[r:r + kv.n])
@@ -666,7 +673,7 @@ class HFEmbedder:
 
     backend = "hf"
 
-    def __init__(self, spec: ModelSpec, model: Any, *, device: torch.device, dtype: torch.dtype):
+    def __init__(self, spec: ModelSpec, model: Any, *, device: torch.device | str, dtype: torch.dtype):
         self.name = spec.name
         self.spec = spec
         self.model = model

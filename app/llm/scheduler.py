@@ -181,13 +181,13 @@ class BatchScheduler:
 
     def submit(self, key: Hashable, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Queue ``rows`` under ``key``, wait for the batch that carries them, return their part of its answer."""
-        rows = [list(r) for r in rows]
-        if not self.opts.enabled or not rows or threading.current_thread() is self._thread:
-            return self._run(key, rows)
+        row_lists = [list(r) for r in rows]
+        if not self.opts.enabled or not row_lists or threading.current_thread() is self._thread:
+            return self._run(key, row_lists)
         deadline = current_deadline()
         if deadline is not None and deadline <= time.monotonic():
             self._reject("deadline")
-        job = _Job(key=key, rows=rows, tenant=current_tenant(), deadline=deadline)
+        job = _Job(key=key, rows=row_lists, tenant=current_tenant(), deadline=deadline)
         with self._cond:
             if self._closed:
                 raise LLMError(f"model {self.name!r} is closed")

@@ -47,7 +47,7 @@ class ModelSpec:
     kind: ModelKind
     source: str
     backend: str = "hf"
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __hash__(self) -> int:  # options is a dict; hash on the identifying fields
         return hash((self.name, self.kind, self.source, self.backend))
@@ -98,7 +98,7 @@ class LanguageModel(Protocol):
 
     def tokenize(self, text: str) -> list[int]: ...
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str: ...
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
 
     def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray: ...
 
@@ -126,4 +126,4 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-PathLike = str | os.PathLike
+PathLike = str | os.PathLike[str]
