@@ -679,10 +679,15 @@ class HFEmbedder:
         self.model = model
         self.device = torch.device(device)
         self.dtype = dtype
-        self.batch_size = int((spec.options or {}).get("embed_batch_size", 64))
+        opts = dict(spec.options or {})
+        self.batch_size = int(opts.get("embed_batch_size", 64))
         get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self._dim = int(get_dim())
         self._lock = threading.Lock()
+        # Concurrent embed calls are coalesced like scoring calls (one tenant per batch by default). A
+        # job's rows are its texts as Unicode code points (exact, and what sentence-transformers
+        # tokenizes), so the scheduler's max_batch_tokens counts characters here.
+        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts))
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -709,6 +714,12 @@ class HFEmbedder:
             raise TypeError("texts must be a sequence of strings, not one string")
         if len(texts) == 0:
             return np.zeros((0, self._dim), dtype=np.float32)
+        return self.scheduler.submit(("embed",), [[ord(ch) for ch in str(t)] for t in texts])
+
+    def _run_batch(self, key: Hashable, rows: list[list[int]]) -> np.ndarray:
+        return self._encode(["".join(map(chr, r)) for r in rows])
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         with self._lock, torch.inference_mode():
             emb = self.model.encode(
                 list(texts),
@@ -720,6 +731,9 @@ class HFEmbedder:
         emb = np.asarray(emb, dtype=np.float64)
         norms = np.linalg.norm(emb, axis=1, keepdims=True)
         return (emb / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def close(self) -> None:
+        self.scheduler.close()
 
     def __repr__(self) -> str:
         return f"HFEmbedder(name={self.name!r}, dim={self._dim}, device={self.device})"

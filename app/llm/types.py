@@ -40,7 +40,8 @@ class ModelSpec:
       ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
       source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool),
       ``scheduler`` (dict: ``enabled``, ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``,
-      ``isolate_tenants``; app/llm/scheduler.py, docs/models.md).
+      ``isolate_tenants``; app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int, default
+      4096: KV row-tokens per merged decode step of concurrent sessions, 0: never merge; docs/models.md).
     """
 
     name: str
