@@ -3,6 +3,7 @@
     python benchmarks/bench_serving.py [--answers 16] [--clients 1,4,16] [--large-clients 1,16] [--threads 1]
                                        [--workloads "rnm 2x1,rnm 8x4,clip 4x16"] [--baseline] [--no-merge]
     python benchmarks/bench_serving.py --url http://127.0.0.1:8000   # a server already running
+    python benchmarks/bench_serving.py --merge-steps [--threads 1]    # in process: merged vs separate decode steps
 
 Starts `dpicl serve` (bundled models, a fresh SQLite, open auth) unless ``--url`` is given, loads the
 bundled ``assistant_intents`` train split as one private dataset, and for each workload (``rnm``
@@ -11,7 +12,9 @@ classify, 2 partitions x 1 shot and 8 x 4) sends ``--answers`` answers from each
 candidate row) on the bundled ``gen_dialogsum`` train split: every answer is a decode session of 4 rows
 stepped 16 times (plus its public row, which always steps alone), so concurrent answers exercise the
 merged decode steps; ``--no-merge`` runs the server with ``merge_step_tokens: 0`` (steps queued in the
-scheduler but never merged) for comparison.
+scheduler but never merged) for comparison. ``--merge-steps`` measures no server: k concurrent decode
+sessions of n rows and cache length T, one step each, as k separate forward passes vs one merged pass
+(HFLanguageModel._merged_step), best of 3 after a warm-up; what the cost rule (merge_step_tokens) rests on.
 Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches per answer and the
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
 same workload on the same server process. ``--baseline`` repeats everything on a second server whose
@@ -180,6 +183,53 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
     return out
 
 
+def merge_steps(threads: int) -> dict:
+    import torch
+
+    from app.llm import bundled_specs, load_model
+
+    torch.set_num_threads(threads)
+    spec = next(s for s in bundled_specs() if s.kind == "lm")
+    cache = os.environ.get("DPICL_MODEL_CACHE_DIR") or os.path.expanduser("~/.cache/dpicl/models")
+    lm = load_model(spec, cache_dir=cache, device="cpu", dtype="float32")
+    words = "the quick brown fox jumps over the lazy dog and then runs far away into the forest".split()
+    out = {}
+    # (sessions k, rows n, cache lengths): equal lengths, then mixed lengths (left padding to the longest)
+    for k, n, lengths in [(4, 1, [64] * 4), (8, 1, [128] * 8), (16, 1, [128] * 16), (4, 4, [128] * 4),
+                          (4, 8, [64] * 4), (4, 8, [200] * 4), (8, 4, [200] * 8), (2, 8, [400] * 2),
+                          (4, 1, [20, 60, 120, 200]), (4, 4, [20, 60, 120, 200])]:
+        row = {}
+        for mode in ("separate", "merged"):
+            sessions = []
+            for j in range(k):
+                rows = [lm.tokenize(" ".join(words[(7 * j + i + w) % len(words)] for w in range(lengths[j])))
+                        [:lengths[j]] for i in range(n)]
+                sessions.append(lm.start_decode(rows, reuse_prefix=False))
+            kvs = [sess._kv for sess in sessions]
+            times = []
+            for _ in range(4):
+                t0 = time.perf_counter()
+                if mode == "separate":
+                    for kv in kvs:
+                        lm._step_alone(kv, [11] * n)
+                else:
+                    with lm._lock:
+                        lm._merged_step(kvs, [[11] * n for _ in kvs])
+                times.append(time.perf_counter() - t0)
+            row[mode] = min(times[1:])
+            for sess in sessions:
+                sess.close()
+        cached = sum(n * t for t in lengths)
+        padded = k * n * max(lengths)
+        name = f"k={k} n={n} T={'/'.join(map(str, sorted(set(lengths))))}"
+        out[name] = {"cache_row_tokens": cached, "padded_row_tokens": padded,
+                     "separate_ms": round(row["separate"] * 1000, 1), "merged_ms": round(row["merged"] * 1000, 1),
+                     "speedup": round(row["separate"] / row["merged"], 2)}
+        print(f"{name:24s} cache {cached:5d} (padded {padded:5d}) row-tokens: separate {row['separate'] * 1000:7.1f} ms"
+              f"  merged {row['merged'] * 1000:7.1f} ms  x{row['separate'] / row['merged']:.2f}", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", help="a running dpicl serve (otherwise one is started)")
@@ -192,7 +242,11 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="also run a server with the scheduler off")
     ap.add_argument("--no-merge", action="store_true",
                     help="also run a server whose decode steps are never merged (merge_step_tokens 0)")
+    ap.add_argument("--merge-steps", action="store_true", help="in process, no server: merged vs separate decode steps")
     args = ap.parse_args()
+    if args.merge_steps:
+        print(json.dumps({"threads": args.threads, "merge_steps": merge_steps(args.threads)}, indent=2))
+        return
     clients = [int(x) for x in args.clients.split(",")]
     large = [int(x) for x in args.large_clients.split(",")]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

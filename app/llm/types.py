@@ -41,7 +41,8 @@ class ModelSpec:
       source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool),
       ``scheduler`` (dict: ``enabled``, ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``,
       ``isolate_tenants``; app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int, default
-      4096: KV row-tokens per merged decode step of concurrent sessions, 0: never merge; docs/models.md).
+      3072: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never merge;
+      docs/models.md#decode-batching).
     """
 
     name: str

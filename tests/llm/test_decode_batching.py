@@ -108,6 +108,21 @@ def test_step_groups_respect_the_cost_budget(lm, header_prompts):
         s.close()
 
 
+def test_cost_rule_on_measured_shapes(lm):
+    """The default rule on shapes measured on the 2-core CPU (docs/models.md#decode-batching)."""
+    from types import SimpleNamespace
+
+    def kvs(k, n, t):
+        return [SimpleNamespace(n=n, physical_length=t) for _ in range(k)]
+
+    assert lm.merge_step_tokens == 3072
+    assert lm._step_groups(kvs(2, 8, 400)) == [[0], [1]]  # 0.85x merged: stepped apart
+    assert [len(g) for g in lm._step_groups(kvs(8, 4, 200))] == [8]  # 2.0x merged
+    assert [len(g) for g in lm._step_groups(kvs(16, 1, 128))] == [16]  # 5.1x merged
+    # padding never more than doubles the cache: a long session does not join short ones
+    assert sorted(map(len, lm._step_groups(kvs(3, 1, 10) + kvs(1, 1, 300)))) == [1, 3]
+
+
 @pytest.mark.parametrize("tenants", [("acme",) * 3, ("acme", "globex", "acme")])
 def test_concurrent_sessions_from_threads_equal_sequential(lm, header_prompts, tenants):
     """Sessions of different prompt lengths step at once from threads (a barrier per step, so their
