@@ -17,11 +17,12 @@ Conventions (see docs/models.md):
   once (or taken from the LRU of prefix caches) and shared; suffixes are right
   padded after it, with explicit position ids and masks (see ``kv.py``), so
   batched numbers equal one-at-a-time numbers up to float rounding.
-* **Threads.** One re-entrant lock per model serialises forward passes; a
-  :class:`DecodeSession` takes it per step, so sessions interleave safely.
-  Scoring calls from concurrent threads go through the model's
-  :class:`~app.llm.scheduler.BatchScheduler` (``options["scheduler"]``), which
-  coalesces them into batched calls of the same code (one tenant per batch).
+* **Threads.** One re-entrant lock per model serialises forward passes.
+  Scoring calls and :class:`DecodeSession` steps from concurrent threads go
+  through the model's :class:`~app.llm.scheduler.BatchScheduler`
+  (``options["scheduler"]``), which coalesces scoring calls into batched calls
+  of the same code and concurrent sessions' steps into merged steps when the
+  cost rule says it pays (``_step_groups``); one tenant per batch.
 * **Tenants.** The prefix LRU is keyed by the current tenant
   (:func:`app.llm.tenancy.tenant_scope`): a tenant's calls reuse its own prefixes only.
 """
@@ -462,7 +463,10 @@ class HFLanguageModel:
     def _decode_step(self, kv: KVBatch, tokens: Sequence[int], *, shared: bool = True) -> torch.Tensor:
         if self._max_context is not None and int(kv.lengths.max()) + 1 > self._max_context:
             raise CapabilityError(f"decoding past the max context {self._max_context} of model {self.name!r}")
-        if shared and self.scheduler.opts.enabled:
+        # A thread that already holds the model lock (an audit driving the model directly) steps
+        # itself: queueing would wait on a worker that waits on this thread's lock.
+        owned = getattr(self._lock, "_is_owned", lambda: False)()
+        if shared and self.scheduler.opts.enabled and not owned:
             out: torch.Tensor = self.scheduler.submit_step(kv, tokens)
             return out
         return self._step_alone(kv, tokens)

@@ -212,3 +212,17 @@ def test_decode_with_scheduler_off_steps_in_the_callers_thread(lm):
         s.close()
     finally:
         lm.scheduler.opts = old
+
+
+def test_a_thread_holding_the_model_lock_steps_itself(lm):
+    s = lm.start_decode(["Hello there"])
+    with lm._lock:  # the worker would block on this lock: the step must not queue
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (s.step(11), done.set()))
+        s.step(12)
+        assert s.lengths == [len(lm.tokenize("Hello there")) + 1]
+        t.start()  # another thread's step queues and waits for the lock
+        assert not done.wait(0.5)
+    assert done.wait(60)
+    assert s.lengths == [len(lm.tokenize("Hello there")) + 2]
+    s.close()
