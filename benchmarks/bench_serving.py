@@ -1,12 +1,20 @@
 """Serving throughput under concurrency: 1, 4 and 16 concurrent clients against a real `dpicl serve`.
 
     python benchmarks/bench_serving.py [--answers 16] [--clients 1,4,16] [--large-clients 1,16] [--threads 1]
-                                       [--workloads "rnm 2x1,rnm 8x4"] [--baseline]
+                                       [--workloads "rnm 2x1,rnm 8x4,clip 4x16"] [--baseline] [--no-merge]
     python benchmarks/bench_serving.py --url http://127.0.0.1:8000   # a server already running
+    python benchmarks/bench_serving.py --merge-steps [--threads 1]    # in process: merged vs separate decode steps
 
 Starts `dpicl serve` (bundled models, a fresh SQLite, open auth) unless ``--url`` is given, loads the
 bundled ``assistant_intents`` train split as one private dataset, and for each workload (``rnm``
-classify, 2 partitions x 1 shot and 8 x 4) sends ``--answers`` answers from each client count.
+classify, 2 partitions x 1 shot and 8 x 4) sends ``--answers`` answers from each client count. The
+``clip 4x16`` workload is private generation (``clip_softmax``, 4 prompts, 16 tokens, the default public
+candidate row) on the bundled ``gen_dialogsum`` train split: every answer is a decode session of 4 rows
+stepped 16 times (plus its public row, which always steps alone), so concurrent answers exercise the
+merged decode steps; ``--no-merge`` runs the server with ``merge_step_tokens: 0`` (steps queued in the
+scheduler but never merged) for comparison. ``--merge-steps`` measures no server: k concurrent decode
+sessions of n rows and cache length T, one step each, as k separate forward passes vs one merged pass
+(HFLanguageModel._merged_step), best of 3 after a warm-up; what the cost rule (merge_step_tokens) rests on.
 Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches per answer and the
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
 same workload on the same server process. ``--baseline`` repeats everything on a second server whose
@@ -30,7 +38,7 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-WORKLOADS = {"rnm 2x1": (2, 1), "rnm 8x4": (8, 4)}
+WORKLOADS = {"rnm 2x1": (2, 1), "rnm 8x4": (8, 4), "clip 4x16": (4, 16)}
 
 
 def _port() -> int:
@@ -39,14 +47,16 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(tmp: str, threads: int, scheduler: dict | None) -> tuple[subprocess.Popen, str]:
+def start_server(tmp: str, threads: int, scheduler: dict | None,
+                 lm_options: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = _port()
     env = dict(os.environ, DPICL_DATABASE_URL=f"sqlite:///{tmp}/bench.db", DPICL_LOG_LEVEL="warning",
                DPICL_AUTH_MODE="open", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    if scheduler is not None:
+    if scheduler is not None or lm_options:
         env["DPICL_MODELS"] = json.dumps([
             {"name": "smollm2-135m-instruct", "kind": "lm", "source": "bundled:smollm2-135m-instruct",
-             "options": {"scheduler": scheduler, "num_threads": threads}},
+             "options": {**({"scheduler": scheduler} if scheduler is not None else {}), "num_threads": threads,
+                         **(lm_options or {})}},
             {"name": "all-minilm-l6-v2", "kind": "embedder", "source": "bundled:all-minilm-l6-v2"}])
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,13 +79,31 @@ def make_dataset(url: str) -> tuple[str, list[str]]:
 
     ds = load_bundled("assistant_intents")
     t = ds.template
+    # answer_reuse off: every answer is computed (the bench cycles through the test queries)
     body = {"name": "bench-serving", "labels": list(ds.labels), "budget": {"epsilon": 1e9, "delta": 1e-5},
+            "answer_reuse": False,
             "template": {"instruction": t.instruction.replace("{labels}", ", ".join(ds.labels)),
                          "input_prefix": t.input_prefix.strip(), "output_prefix": t.output_prefix},
             "exemplars": [{"input": i, "output": o} for i, o in ds.exemplars("train")]}
     r = httpx.post(f"{url}/v1/datasets", json=body, timeout=60)
     r.raise_for_status()
     return r.json()["id"], [e.input for e in ds.test]
+
+
+def make_generation_dataset(url: str) -> tuple[str, list[str]]:
+    import app.icl
+
+    path = os.path.join(os.path.dirname(app.icl.__file__), "data", "gen_dialogsum.jsonl")
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    body = {"name": "bench-serving-gen", "task": "generation", "budget": {"epsilon": 1e9, "delta": 1e-5},
+            "answer_reuse": False,
+            "template": {"instruction": "Summarize the dialogue in one sentence.", "input_prefix": "Dialogue:",
+                         "output_prefix": "Summary:"},
+            "exemplars": [{"input": r["input"], "output": r["output"]} for r in rows if r["split"] == "train"]}
+    r = httpx.post(f"{url}/v1/datasets", json=body, timeout=60)
+    r.raise_for_status()
+    return r.json()["id"], [r["input"] for r in rows if r["split"] == "test"]
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -86,13 +114,13 @@ def scrape(url: str) -> dict[str, float]:
         for s in fam.samples:
             if s.labels.get("model") == "smollm2-135m-instruct" and s.name in (
                     "dpicl_model_forward_tokens_total", "dpicl_model_batch_rows_count",
-                    "dpicl_model_batch_requests_sum", "dpicl_model_tokens_total"):
+                    "dpicl_model_batch_requests_sum", "dpicl_model_tokens_total", "dpicl_model_forward_calls_total"):
                 out[s.name] = out.get(s.name, 0.0) + s.value
     return out
 
 
 async def run_clients(url: str, ds: str, queries: list[str], partitions: int, shots: int, clients: int,
-                      answers: int) -> dict:
+                      answers: int, generate: bool = False) -> dict:
     latencies: list[float] = []
     todo = list(range(answers))
 
@@ -100,9 +128,14 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
         while todo:
             i = todo.pop()
             t0 = time.perf_counter()
-            r = await c.post(f"{url}/v1/private/classify", json={
-                "dataset_id": ds, "query": queries[i % len(queries)], "mechanism": "rnm", "epsilon": 1.0,
-                "partitions": partitions, "shots_per_partition": shots})
+            if generate:  # clip_softmax: `partitions` prompts, `shots` tokens
+                r = await c.post(f"{url}/v1/private/generate", json={
+                    "dataset_id": ds, "query": queries[i % len(queries)], "mechanism": "clip_softmax",
+                    "epsilon": 8.0, "max_tokens": shots, "params": {"prompts": partitions}})
+            else:
+                r = await c.post(f"{url}/v1/private/classify", json={
+                    "dataset_id": ds, "query": queries[i % len(queries)], "mechanism": "rnm", "epsilon": 1.0,
+                    "partitions": partitions, "shots_per_partition": shots})
             r.raise_for_status()
             latencies.append(time.perf_counter() - t0)
 
@@ -119,18 +152,24 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
     return {"clients": clients, "answers": answers, "wall_s": round(wall, 2),
             "answers_per_s": round(answers / wall, 3), "p50_s": round(q(0.5), 3), "p95_s": round(q(0.95), 3),
             "calls_per_batch": round(d.get("dpicl_model_batch_requests_sum", 0.0) / batches, 2) if batches else None,
-            "forward_tokens_per_answer": round(d.get("dpicl_model_forward_tokens_total", 0.0) / answers, 1)}
+            "forward_tokens_per_answer": round(d.get("dpicl_model_forward_tokens_total", 0.0) / answers, 1),
+            "forward_calls_per_answer": round(d.get("dpicl_model_forward_calls_total", 0.0) / answers, 1)}
 
 
 def bench(url: str, clients: list[int], answers: int, large_clients: list[int], workloads: list[str]) -> dict:
     ds, queries = make_dataset(url)
+    gen_ds, gen_queries = make_generation_dataset(url) if any(w.startswith("clip") for w in workloads) else ("", [])
     # warm-up: the first answers pay for lazy initialisation
     asyncio.run(run_clients(url, ds, queries, 2, 1, 1, 2))
     out = {}
     for name in workloads:
         p, s = WORKLOADS[name]
+        gen = name.startswith("clip")
         ns = large_clients if p * s >= 32 else clients
-        rows = [asyncio.run(run_clients(url, ds, queries, p, s, n, answers)) for n in ns]
+        if gen:
+            asyncio.run(run_clients(url, gen_ds, gen_queries, p, 2, 1, 1, True))  # warm-up
+        rows = [asyncio.run(run_clients(url, gen_ds if gen else ds, gen_queries if gen else queries, p, s, n,
+                                        answers, gen)) for n in ns]
         seq = next((r for r in rows if r["clients"] == 1), rows[0])
         for r in rows:
             r["ratio_vs_sequential"] = round(r["answers_per_s"] / seq["answers_per_s"], 2)
@@ -139,7 +178,55 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
         for r in rows:
             print(f"{name:8s} clients={r['clients']:2d} {r['answers_per_s']:6.2f} ans/s  x{r['ratio_vs_sequential']:.2f}"
                   f"  p50 {r['p50_s']:.2f}s p95 {r['p95_s']:.2f}s  calls/batch {r['calls_per_batch']}"
-                  f"  fwd tok/ans {r['forward_tokens_per_answer']}", flush=True)
+                  f"  fwd tok/ans {r['forward_tokens_per_answer']}  fwd calls/ans {r['forward_calls_per_answer']}",
+                  flush=True)
+    return out
+
+
+def merge_steps(threads: int) -> dict:
+    import torch
+
+    from app.llm import bundled_specs, load_model
+
+    torch.set_num_threads(threads)
+    spec = next(s for s in bundled_specs() if s.kind == "lm")
+    cache = os.environ.get("DPICL_MODEL_CACHE_DIR") or os.path.expanduser("~/.cache/dpicl/models")
+    lm = load_model(spec, cache_dir=cache, device="cpu", dtype="float32")
+    words = "the quick brown fox jumps over the lazy dog and then runs far away into the forest".split()
+    out = {}
+    # (sessions k, rows n, cache lengths): equal lengths, then mixed lengths (left padding to the longest)
+    for k, n, lengths in [(4, 1, [64] * 4), (8, 1, [128] * 8), (16, 1, [128] * 16), (4, 4, [128] * 4),
+                          (4, 8, [64] * 4), (4, 8, [200] * 4), (8, 4, [200] * 8), (2, 8, [400] * 2),
+                          (4, 1, [20, 60, 120, 200]), (4, 4, [20, 60, 120, 200])]:
+        row = {}
+        for mode in ("separate", "merged"):
+            sessions = []
+            for j in range(k):
+                rows = [lm.tokenize(" ".join(words[(7 * j + i + w) % len(words)] for w in range(lengths[j])))
+                        [:lengths[j]] for i in range(n)]
+                sessions.append(lm.start_decode(rows, reuse_prefix=False))
+            kvs = [sess._kv for sess in sessions]
+            times = []
+            for _ in range(4):
+                t0 = time.perf_counter()
+                if mode == "separate":
+                    for kv in kvs:
+                        lm._step_alone(kv, [11] * n)
+                else:
+                    with lm._lock:
+                        lm._merged_step(kvs, [[11] * n for _ in kvs])
+                times.append(time.perf_counter() - t0)
+            row[mode] = min(times[1:])
+            for sess in sessions:
+                sess.close()
+        cached = sum(n * t for t in lengths)
+        padded = k * n * max(lengths)
+        name = f"k={k} n={n} T={'/'.join(map(str, sorted(set(lengths))))}"
+        out[name] = {"cache_row_tokens": cached, "padded_row_tokens": padded,
+                     "separate_ms": round(row["separate"] * 1000, 1), "merged_ms": round(row["merged"] * 1000, 1),
+                     "speedup": round(row["separate"] / row["merged"], 2)}
+        print(f"{name:24s} cache {cached:5d} (padded {padded:5d}) row-tokens: separate {row['separate'] * 1000:7.1f} ms"
+              f"  merged {row['merged'] * 1000:7.1f} ms  x{row['separate'] / row['merged']:.2f}", flush=True)
     return out
 
 
@@ -153,7 +240,13 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {list(WORKLOADS)}")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the started server")
     ap.add_argument("--baseline", action="store_true", help="also run a server with the scheduler off")
+    ap.add_argument("--no-merge", action="store_true",
+                    help="also run a server whose decode steps are never merged (merge_step_tokens 0)")
+    ap.add_argument("--merge-steps", action="store_true", help="in process, no server: merged vs separate decode steps")
     args = ap.parse_args()
+    if args.merge_steps:
+        print(json.dumps({"threads": args.threads, "merge_steps": merge_steps(args.threads)}, indent=2))
+        return
     clients = [int(x) for x in args.clients.split(",")]
     large = [int(x) for x in args.large_clients.split(",")]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -161,11 +254,15 @@ def main() -> None:
     if args.url:
         result["server"] = bench(args.url, clients, args.answers, large, workloads)
     else:
-        runs = [("batched", None)] + ([("lock_only", {"enabled": False})] if args.baseline else [])
-        for label, sched in runs:
+        runs: list[tuple[str, dict | None, dict | None]] = [("batched", None, None)]
+        if args.no_merge:
+            runs.append(("no_merge", None, {"merge_step_tokens": 0}))
+        if args.baseline:
+            runs.append(("lock_only", {"enabled": False}, None))
+        for label, sched, lm_opts in runs:
             print(f"--- {label}", flush=True)
             with tempfile.TemporaryDirectory() as tmp:
-                proc, url = start_server(tmp, args.threads, sched)
+                proc, url = start_server(tmp, args.threads, sched, lm_opts)
                 try:
                     result[label] = bench(url, clients, args.answers, large, workloads)
                 finally:

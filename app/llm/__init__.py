@@ -10,7 +10,7 @@ from .loader import load_model, resolve_device, resolve_dtype
 from .types import Capabilities, Embedder, Generation, LanguageModel, ModelSpec
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     # DecodeSession pulls in torch; keep ``import app.llm`` light for code that only needs the types.
     if name == "DecodeSession":
         from .decode import DecodeSession

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from .errors import ModelLoadError
 
@@ -39,14 +40,14 @@ MANIFEST = "dpicl_cache.json"
 _PROBE_TEXT = "<|im_start|>user\nThe capital of France is<|im_end|>\nParis, Lyon, Technology 123"
 
 
-def _fingerprint(sources: list[Path]) -> dict:
+def _fingerprint(sources: list[Path]) -> dict[str, Any]:
     return {
         "converter_version": CONVERTER_VERSION,
         "sources": [{"name": p.name, "size": p.stat().st_size} for p in sources],
     }
 
 
-def _is_valid(folder: Path, fingerprint: dict) -> bool:
+def _is_valid(folder: Path, fingerprint: dict[str, Any]) -> bool:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -87,7 +88,7 @@ def ensure_gguf_converted(
     return final
 
 
-def _convert(sources: list[Path], cache_dir: Path, slug: str, fingerprint: dict, *, verify: bool) -> None:
+def _convert(sources: list[Path], cache_dir: Path, slug: str, fingerprint: dict[str, Any], *, verify: bool) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,7 +109,7 @@ def _convert(sources: list[Path], cache_dir: Path, slug: str, fingerprint: dict,
         out_dir = tmp / "model"
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf_name)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
+            model: Any = AutoModelForCausalLM.from_pretrained(str(gguf_dir), gguf_file=gguf_name, dtype=torch.float32)
         except Exception as e:  # re-raised with the file named
             raise ModelLoadError(f"transformers could not load GGUF {sources[0]}: {e}") from e
         model.eval()
@@ -143,11 +144,11 @@ def _convert(sources: list[Path], cache_dir: Path, slug: str, fingerprint: dict,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _verify_copy(model, tokenizer, out_dir: Path, atol: float = 1e-4) -> None:
+def _verify_copy(model: Any, tokenizer: Any, out_dir: Path, atol: float = 1e-4) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    copy = AutoModelForCausalLM.from_pretrained(str(out_dir), dtype=torch.float32)
+    copy: Any = AutoModelForCausalLM.from_pretrained(str(out_dir), dtype=torch.float32)
     copy.eval()
     ids = torch.tensor([tokenizer(_PROBE_TEXT, add_special_tokens=False).input_ids])
     with torch.no_grad():

@@ -12,9 +12,13 @@ it back to every sequence), and what :meth:`HFLanguageModel.generate` runs on::
     session.close()
 
 Logits are raw (before softmax; after a model's final soft-capping if any);
-``session.logprobs()`` gives the log-softmax. Each step takes the model's
-lock, so sessions from several threads interleave safely; a session itself
-is not meant to be shared between threads.
+``session.logprobs()`` gives the log-softmax. Sessions from several threads
+step safely at once: with the model's batch scheduler on, concurrent steps of
+one tenant's sessions are queued and may be merged into one forward pass
+(app/llm/scheduler.py, ``HFLanguageModel._run_steps``); a session opened with
+``shared_steps=False`` always steps alone (its numbers then depend on its own
+rows only, not on the batch shape). A session itself is not meant to be shared
+between threads.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import TYPE_CHECKING, Protocol, Self
 
 import numpy as np
 import torch
+
+from .tenancy import tenant_scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from .kv import KVBatch
@@ -35,12 +41,15 @@ class StepModel(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def _decode_step(self, kv: KVBatch, tokens: Sequence[int]) -> torch.Tensor: ...
+    def _decode_step(self, kv: KVBatch, tokens: Sequence[int], *, shared: bool = True) -> torch.Tensor: ...
 
 
 class DecodeSession:
-    def __init__(self, model: StepModel, kv: KVBatch, logits: torch.Tensor, prompts: list[list[int]]):
+    def __init__(self, model: StepModel, kv: KVBatch, logits: torch.Tensor, prompts: list[list[int]], *,
+                 tenant: str | None = None, shared_steps: bool = True):
         self._model = model
+        self._tenant = tenant  # whose session: steps are queued in this tenant's scope
+        self._shared = shared_steps
         self._kv: KVBatch | None = kv
         self._logits_t = logits  # (s, V) float32 torch
         self._tokens = [list(p) for p in prompts]
@@ -83,7 +92,8 @@ class DecodeSession:
         for t in tokens:
             if not 0 <= int(t) < vocab:
                 raise ValueError(f"token id {t} outside the vocabulary [0, {vocab})")
-        self._logits_t = self._model._decode_step(self._kv, tokens)
+        with tenant_scope(self._tenant):
+            self._logits_t = self._model._decode_step(self._kv, tokens, shared=self._shared)
         for r, t in zip(self._rows, tokens):
             self._tokens[r].append(int(t))
         return self._logits_t
@@ -109,5 +119,5 @@ class DecodeSession:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -27,6 +27,17 @@ import torch
 from transformers import DynamicCache
 
 
+def cache_layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) of every layer of a filled ``DynamicCache`` (full-attention layers only)."""
+    out = []
+    for layer in cache.layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            raise RuntimeError(f"internal: cache layer {type(layer).__name__} holds no keys/values")
+        out.append((keys, values))
+    return out
+
+
 @dataclass(frozen=True)
 class PrefixKV:
     """Keys/values of one unpadded token sequence (batch 1), per layer."""
@@ -89,13 +100,13 @@ class KVBatch:
         idx = torch.as_tensor(list(index), dtype=torch.long, device=self.mask.device)
         if self.physical_length == 0:
             return KVBatch.empty(len(idx), self.mask.device)
-        data = [(layer.keys.index_select(0, idx), layer.values.index_select(0, idx)) for layer in self.cache.layers]
+        data = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache_layers(self.cache)]
         return KVBatch(DynamicCache(ddp_cache_data=data), self.mask.index_select(0, idx), self.lengths.index_select(0, idx))
 
     def to_prefix(self, tokens: Sequence[int]) -> PrefixKV:
         """The single unpadded row of a batch of one, as a :class:`PrefixKV`."""
         assert self.n == 1 and bool(self.mask.all()), "only an unpadded batch of one is a prefix"
-        layers = tuple((layer.keys, layer.values) for layer in self.cache.layers)
+        layers = tuple(cache_layers(self.cache))
         return PrefixKV(tuple(tokens), layers)
 
 

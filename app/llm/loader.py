@@ -19,6 +19,7 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 from .bundled import BUNDLED_PREFIX, gemma_chunk_paths, get_bundled, locate
 from .cache import ensure_gguf_converted
@@ -41,7 +42,7 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def resolve_dtype(dtype: str, device: str):
+def resolve_dtype(dtype: str, device: str) -> Any:
     """``auto``: float32 on CPU (exact log-probabilities), bfloat16 on CUDA where supported, else float16."""
     import torch
 
@@ -69,7 +70,7 @@ def _gguf_slug(path: Path) -> str:
     return f"gguf-{_slug(path.stem)}-{digest}"
 
 
-def _lm_folder(spec: ModelSpec, cache_dir: Path) -> tuple[str, dict]:
+def _lm_folder(spec: ModelSpec, cache_dir: Path) -> tuple[str, dict[str, Any]]:
     """A folder (or hub id) that ``from_pretrained`` can read, plus extra kwargs."""
     src = spec.source
     opts = spec.options or {}
@@ -97,7 +98,7 @@ def _lm_folder(spec: ModelSpec, cache_dir: Path) -> tuple[str, dict]:
         return str(path), {}
     if src.startswith(("/", ".", "~")) or src.count("/") > 1:  # a path, not an "org/name" hub id
         raise ModelLoadError(f"model path {src!r} does not exist")
-    kwargs = {"cache_dir": str(cache_dir / "hub")}
+    kwargs: dict[str, Any] = {"cache_dir": str(cache_dir / "hub")}
     if opts.get("revision"):
         kwargs["revision"] = opts["revision"]
     if opts.get("local_files_only"):
@@ -105,7 +106,7 @@ def _lm_folder(spec: ModelSpec, cache_dir: Path) -> tuple[str, dict]:
     return src, kwargs
 
 
-def _load_lm(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> LanguageModel:
+def _load_lm(spec: ModelSpec, cache_dir: Path, device: str, dtype: Any) -> LanguageModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .hf import HFLanguageModel
@@ -113,7 +114,7 @@ def _load_lm(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> LanguageMo
     where, kwargs = _lm_folder(spec, cache_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
     except ModelLoadError:
         raise
     except Exception as e:  # transformers raises many kinds; name the source
@@ -123,12 +124,12 @@ def _load_lm(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> LanguageMo
     return HFLanguageModel(spec, model, tokenizer, device=device, dtype=dtype)
 
 
-def _load_embedder(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> Embedder:
+def _load_embedder(spec: ModelSpec, cache_dir: Path, device: str, dtype: Any) -> Embedder:
     from .hf import HFEmbedder
 
     src = spec.source
     opts = spec.options or {}
-    kwargs: dict = {}
+    kwargs: dict[str, Any] = {}
     if src.startswith(BUNDLED_PREFIX):
         b = get_bundled(src)
         if b.kind != "embedder":
@@ -162,7 +163,7 @@ def _load_embedder(spec: ModelSpec, cache_dir: Path, device: str, dtype) -> Embe
 def load_model(
     spec: ModelSpec,
     *,
-    cache_dir: str | os.PathLike,
+    cache_dir: str | os.PathLike[str],
     device: str = "auto",
     dtype: str = "auto",
 ) -> LanguageModel | Embedder:

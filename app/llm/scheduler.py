@@ -14,9 +14,14 @@ a tenant's shared prompt header is computed once for all its requests' rows.
 The batching is continuous in the sense that matters on a busy server: the
 worker never idles while jobs wait and never waits for a batch to fill
 (``max_wait_ms`` 0 by default): jobs that arrive while a batch runs form the
-next batch. Decode steps of concurrent ``DecodeSession``\\ s are not merged (their
-KV caches have different lengths; they take the model lock per step and
-interleave with the batches).
+next batch. Decode steps of concurrent ``DecodeSession``\\ s are jobs too
+(``submit_step``): the worker takes every queued step of the same batch key at
+once and hands them to the model's step runner, which merges those it judges
+worth merging into one forward pass (their KV caches left-padded to a common
+length, hf.py ``_run_steps``) and runs the others one by one. A session joins
+the running batch simply by queueing its next step; it leaves by not queueing
+one. Steps are background work (never refused, never dropped at a deadline): a
+generation that has started (and may have been charged) runs to its end.
 
 Jobs can share a batch when they are the same kind of call, with the same
 continuations (for continuation scoring), and, with ``isolate_tenants`` (the
@@ -97,6 +102,7 @@ class _Job:
     state: str = "queued"  # queued, running, done, dropped
     result: Any = None
     error: BaseException | None = None
+    payload: Any = None  # a decode step's KV batch (step jobs only)
 
     @property
     def tokens(self) -> int:
@@ -125,11 +131,14 @@ class BatchScheduler:
     """
 
     def __init__(self, name: str, run: Callable[[Hashable, list[list[int]]], np.ndarray], opts: SchedulerOptions,
-                 *, model_stats: Callable[[], dict[str, int]] | None = None):
+                 *, model_stats: Callable[[], dict[str, int]] | None = None,
+                 run_steps: Callable[[list[tuple[Any, list[int]]]], list[Any]] | None = None):
         self.name = name
         self.model_stats = model_stats  # the model's own counters (hf: ForwardStats), for /metrics
         self.opts = opts
         self._run = run
+        # Decode steps: ``run_steps([(payload, tokens), ...]) -> [result, ...]``, one result per step.
+        self._run_steps = run_steps
         self._queue: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -172,13 +181,13 @@ class BatchScheduler:
 
     def submit(self, key: Hashable, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Queue ``rows`` under ``key``, wait for the batch that carries them, return their part of its answer."""
-        rows = [list(r) for r in rows]
-        if not self.opts.enabled or not rows or threading.current_thread() is self._thread:
-            return self._run(key, rows)
+        row_lists = [list(r) for r in rows]
+        if not self.opts.enabled or not row_lists or threading.current_thread() is self._thread:
+            return self._run(key, row_lists)
         deadline = current_deadline()
         if deadline is not None and deadline <= time.monotonic():
             self._reject("deadline")
-        job = _Job(key=key, rows=rows, tenant=current_tenant(), deadline=deadline)
+        job = _Job(key=key, rows=row_lists, tenant=current_tenant(), deadline=deadline)
         with self._cond:
             if self._closed:
                 raise LLMError(f"model {self.name!r} is closed")
@@ -196,6 +205,31 @@ class BatchScheduler:
                 self.stats["expired"] += 1
                 self._reject("deadline")
             job.done.wait()  # running: a forward pass is not interrupted
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def submit_step(self, payload: Any, tokens: Sequence[int]) -> Any:
+        """Queue one decode step (``payload``: the session's KV batch, ``tokens``: one per row) and
+        wait for it. Steps of the same tenant queued together reach the model's step runner together.
+        Background work: never refused for a full queue, never dropped at a deadline."""
+        if self._run_steps is None:
+            raise LLMError(f"model {self.name!r} has no decode step runner")
+        toks = [int(t) for t in tokens]
+        if not self.opts.enabled or threading.current_thread() is self._thread:
+            out = self._run_steps([(payload, toks)])[0]
+            if isinstance(out, BaseException):
+                raise out
+            return out
+        job = _Job(key=("step",), rows=[[t] for t in toks], tenant=current_tenant(), deadline=None,
+                   payload=payload)
+        with self._cond:
+            if self._closed:
+                raise LLMError(f"model {self.name!r} is closed")
+            self._queue.append(job)
+            self._ensure_worker()
+            self._cond.notify_all()
+        job.done.wait()
         if job.error is not None:
             raise job.error
         return job.result
@@ -228,11 +262,13 @@ class BatchScheduler:
                 self._cond.wait(max(0.0, until - time.monotonic()))
         first = self._queue[0]
         key = self._batch_key(first)
-        batch, tokens = [], 0
+        batch: list[_Job] = []
+        tokens = 0
+        steps = first.key == ("step",)  # the step runner groups steps by its own cost rule
         for job in list(self._queue):
             if self._batch_key(job) != key:
                 continue
-            if batch and tokens + job.tokens > self.opts.max_batch_tokens:
+            if batch and not steps and tokens + job.tokens > self.opts.max_batch_tokens:
                 break
             batch.append(job)
             tokens += job.tokens
@@ -273,8 +309,18 @@ class BatchScheduler:
         t0 = time.perf_counter()
         try:
             with tenant_scope(scope):
-                out = self._run(batch[0].key, rows)
+                if batch[0].key == ("step",):
+                    assert self._run_steps is not None
+                    outs = self._run_steps([(job.payload, [r[0] for r in job.rows]) for job in batch])
+                else:
+                    out = self._run(batch[0].key, rows)
         except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            if batch[0].key == ("step",):  # the runner reports a step's own failure in its result; this is not one
+                for job in batch:
+                    job.error = exc
+                    job.state = "done"
+                    job.done.set()
+                return
             if len(batch) > 1:  # one job's bad input must not fail its neighbours: run each alone
                 for job in batch:
                     self._execute([job], started)
@@ -286,8 +332,14 @@ class BatchScheduler:
         seconds = time.perf_counter() - t0
         self._busy = seconds if not self._busy else 0.8 * self._busy + 0.2 * seconds
         i = 0
-        for job in batch:
-            job.result = out[i:i + len(job.rows)] if len(batch) == 1 else out[i:i + len(job.rows)].copy()
+        for b, job in enumerate(batch):
+            if batch[0].key == ("step",):
+                if isinstance(outs[b], BaseException):
+                    job.error = outs[b]
+                else:
+                    job.result = outs[b]
+            else:
+                job.result = out[i:i + len(job.rows)] if len(batch) == 1 else out[i:i + len(job.rows)].copy()
             i += len(job.rows)
             job.state = "done"
             job.done.set()

@@ -40,14 +40,16 @@ class ModelSpec:
       ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
       source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool),
       ``scheduler`` (dict: ``enabled``, ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``,
-      ``isolate_tenants``; app/llm/scheduler.py, docs/models.md).
+      ``isolate_tenants``; app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int, default
+      3072: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never merge;
+      docs/models.md#decode-batching).
     """
 
     name: str
     kind: ModelKind
     source: str
     backend: str = "hf"
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __hash__(self) -> int:  # options is a dict; hash on the identifying fields
         return hash((self.name, self.kind, self.source, self.backend))
@@ -98,7 +100,7 @@ class LanguageModel(Protocol):
 
     def tokenize(self, text: str) -> list[int]: ...
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str: ...
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str: ...
 
     def next_token_logprobs(self, prompts: Sequence[str]) -> np.ndarray: ...
 
@@ -126,4 +128,4 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-PathLike = str | os.PathLike
+PathLike = str | os.PathLike[str]

@@ -229,3 +229,31 @@ def test_shared_batches_across_tenants_when_isolation_is_off(lm, header_prompts)
     for i in range(4):
         np.testing.assert_allclose(got[i][0], singles[i], rtol=0, atol=ATOL)
     sched.close()
+
+
+def test_concurrent_embed_calls_coalesce_and_equal_single_calls(embedder):
+    texts = ["Stocks rallied after the central bank held rates.", "Hi", "New chip doubles battery life.",
+             "Ünïcödé — emoji 🙂 and CJK 漢字 survive the trip through the queue.", ""]
+    singles = [embedder.embed([t])[0] for t in texts]
+    seen: list[int] = []
+    run = embedder.scheduler._run
+
+    def spy(key, rows):
+        seen.append(len(rows))
+        return run(key, rows)
+
+    embedder.scheduler._run = spy
+    try:
+        with embedder._lock:  # the worker's first batch blocks here; the other calls queue behind it
+            runner = threading.Thread(target=lambda: seen.append(
+                _in_threads([lambda t=t: embedder.embed([t]) for t in texts])))
+            runner.start()
+            _wait_for(lambda: len(seen) == 1 and seen[0] + embedder.scheduler.depth == len(texts))
+        runner.join(60)
+    finally:
+        embedder.scheduler._run = run
+    got = seen.pop()
+    assert sum(seen) == len(texts) and len(seen) <= 2  # the first batch, then all the others at once
+    for i in range(len(texts)):
+        assert got[i].shape == (1, embedder.dim)
+        np.testing.assert_allclose(got[i][0], singles[i], atol=1e-5, err_msg=texts[i])  # as test_embed.py

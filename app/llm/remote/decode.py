@@ -94,5 +94,5 @@ class RemoteDecodeSession:
     def __enter__(self) -> RemoteDecodeSession:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class RemoteEmbedder:
         n = self.opts.embed_batch_size
         chunks = [list(texts[i:i + n]) for i in range(0, len(texts), n)]
 
-        async def go():
+        async def go() -> list[Any]:
             return await self.transport.gather([self._embed_chunk(c) for c in chunks])
 
         emb = np.concatenate(self.transport.run(go()), axis=0)

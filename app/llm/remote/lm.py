@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -44,14 +44,14 @@ class _LRU:
         self._d: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key):
+    def get(self, key: Any) -> Any:
         with self._lock:
             if key in self._d:
                 self._d.move_to_end(key)
                 return self._d[key]
         return None
 
-    def put(self, key, value) -> None:
+    def put(self, key: Any, value: Any) -> None:
         with self._lock:
             self._d[key] = value
             self._d.move_to_end(key)
@@ -67,7 +67,7 @@ def _token_key_id(key: str) -> int:
         raise RemoteError(f"cannot read a token id from the server's logprobs key {key!r}") from None
 
 
-def _first_choice(body: Any, what: str) -> dict:
+def _first_choice(body: Any, what: str) -> dict[str, Any]:
     try:
         return body["choices"][0]
     except (KeyError, IndexError, TypeError):
@@ -109,7 +109,7 @@ class RemoteLanguageModel:
             return self.opts.base_url + path[len("/v1"):]
         return self.opts.root_url + path
 
-    def _post(self, path: str, body: dict, *, idempotent: bool = True):
+    def _post(self, path: str, body: dict[str, Any], *, idempotent: bool = True) -> Any:
         return self.transport.request("POST", self._url(path), body, idempotent=idempotent)
 
     def connect(self) -> RemoteLanguageModel:
@@ -117,7 +117,7 @@ class RemoteLanguageModel:
         self.transport.run(self._connect())
         return self
 
-    async def _wait_models(self) -> dict:
+    async def _wait_models(self) -> dict[str, Any]:
         deadline = time.monotonic() + self.opts.startup_timeout
         while True:
             try:
@@ -233,7 +233,7 @@ class RemoteLanguageModel:
     async def _probe_chat(self) -> None:
         await self._chat_ids([{"role": "user", "content": "hi"}], True)
 
-    def _salt(self, call_salt: str | None) -> dict:
+    def _salt(self, call_salt: str | None) -> dict[str, Any]:
         if self.opts.salt_off:
             return {}
         tenant = _TENANT.get()
@@ -241,7 +241,7 @@ class RemoteLanguageModel:
             return {"cache_salt": hmac.new(self._salt_key, tenant.encode(), hashlib.sha256).hexdigest()}
         return {"cache_salt": call_salt or secrets.token_hex(32)}
 
-    def _completion_body(self, prompt_ids: list[int], salt: dict, **extra) -> dict:
+    def _completion_body(self, prompt_ids: list[int], salt: dict[str, Any], **extra: Any) -> dict[str, Any]:
         body = {
             "model": self.model_id,
             "prompt": prompt_ids,
@@ -370,13 +370,13 @@ class RemoteLanguageModel:
         body = self.transport.run(self._post("/detokenize", {"model": self.model_id, "tokens": ids}))
         return str(body["prompt"])
 
-    async def _chat_ids(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    async def _chat_ids(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
         body = await self._post("/tokenize", {"model": self.model_id, "messages": messages,
                                               "add_generation_prompt": add_generation_prompt,
                                               "add_special_tokens": False})
         return [int(t) for t in body["tokens"]]
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         """The server's chat template rendered as text (special tokens kept), so that prompts built
         with it tokenize back to exactly the template's tokens."""
         self.require("chat_template", "apply_chat_template")
@@ -404,7 +404,7 @@ class RemoteLanguageModel:
 
     # --------------------------------------------------------------- scoring
 
-    async def _next_lp_row(self, ids: list[int], salt: dict) -> np.ndarray:
+    async def _next_lp_row(self, ids: list[int], salt: dict[str, Any]) -> np.ndarray:
         body = await self._post("/v1/completions", self._completion_body(ids, salt, logprobs=-1))
         choice = _first_choice(body, "a full-vocabulary logprobs request")
         try:
@@ -426,7 +426,7 @@ class RemoteLanguageModel:
                 row[tid] = -np.inf if lp <= _FLOOR else lp
         return row
 
-    async def _next_lp_rows(self, rows: list[list[int]], salt: dict) -> np.ndarray:
+    async def _next_lp_rows(self, rows: list[list[int]], salt: dict[str, Any]) -> np.ndarray:
         out = await self.transport.gather([self._next_lp_row(r, salt) for r in rows])
         if not out:
             return np.empty((0, self._vocab_size or 0), dtype=np.float32)
@@ -437,13 +437,13 @@ class RemoteLanguageModel:
         self.require("full_vocab_logprobs", "next_token_logprobs")
         salt = self._salt(None)
 
-        async def go():
+        async def go() -> np.ndarray:
             rows = await self._encode_prompts(prompts)
             return await self._next_lp_rows(rows, salt)
 
         return self.transport.run(go())
 
-    async def _label_lp(self, ids: list[int], token_ids: Sequence[int], salt: dict) -> dict[int, float]:
+    async def _label_lp(self, ids: list[int], token_ids: Sequence[int], salt: dict[str, Any]) -> dict[int, float]:
         """log p(t | ids) for each t in token_ids (<= 128), via logprob_token_ids."""
         want = sorted({int(t) for t in token_ids})
         body = await self._post(
@@ -461,7 +461,7 @@ class RemoteLanguageModel:
             raise ValueError(f"logprob_token_ids: the server left out token ids {missing[:5]}")
         return {t: got[t] for t in want}
 
-    async def _prompt_token_logprobs(self, ids: list[int], start: int, salt: dict) -> list[float]:
+    async def _prompt_token_logprobs(self, ids: list[int], start: int, salt: dict[str, Any]) -> list[float]:
         """log p(ids[j] | ids[:j]) for j >= start, via prompt_logprobs (teacher forced, one pass)."""
         body = await self._post("/v1/completions", self._completion_body(ids, salt, prompt_logprobs=0))
         choice = _first_choice(body, "a prompt_logprobs request")
@@ -471,7 +471,7 @@ class RemoteLanguageModel:
         out = []
         for j in range(start, len(ids)):
             entry = plp[j] or {}
-            val = entry.get(str(ids[j]), entry.get(ids[j]))  # type: ignore[call-overload]
+            val = entry.get(str(ids[j]), entry.get(ids[j]))
             if val is None:
                 raise ValueError(f"prompt_logprobs has no entry for token {ids[j]} at position {j}")
             lp = float(val["logprob"] if isinstance(val, dict) else val)
@@ -593,17 +593,21 @@ class RemoteLanguageModel:
             if seed is not None:
                 extra["seed"] = int(seed) + i
             if tokenized:
-                req = self._completion_body(ids, salt, return_token_ids=True, skip_special_tokens=True, **extra)
+                req = self._completion_body(cast(list[int], ids), salt, return_token_ids=True, skip_special_tokens=True, **extra)
             else:
                 req = {"model": self.model_id, "prompt": ids, **salt, **extra}
             body = await self._post("/v1/completions", req, idempotent=idempotent)
             choice = _first_choice(body, "a generation request")
             tokens = [int(t) for t in (choice.get("token_ids") or [])]
-            finish = "stop" if choice.get("finish_reason") == "stop" else "length"
+            finish: Literal["stop", "length"] = "stop" if choice.get("finish_reason") == "stop" else "length"
             return Generation(str(choice.get("text") or ""), tokens, finish)
 
         async def go() -> list[Generation]:
-            rows: Sequence[list[int] | str] = await self._encode_prompts(prompts) if tokenized else list(prompts)
+            rows: Sequence[list[int] | str]
+            if tokenized:
+                rows = await self._encode_prompts(prompts)
+            else:
+                rows = list(prompts)
             return await self.transport.gather([one(i, r) for i, r in enumerate(rows)])
 
         if not prompts:

@@ -10,7 +10,7 @@ import os
 import random
 import threading
 import weakref
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -139,7 +139,7 @@ class RemoteOptions:
             )
         base_url = base_url.rstrip("/")
 
-        def num(name: str, default, kind=float, lo=None):
+        def num(name: str, default: Any, kind: Callable[[Any], Any] = float, lo: float | None = None) -> Any:
             v = opts.get(name, default)
             if v is None:
                 return None
@@ -206,7 +206,7 @@ class RemoteOptions:
 # ------------------------------------------------------------------- transport
 
 
-def _finalize_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client) -> None:
+def _finalize_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: Any) -> None:
     if loop.is_closed():
         return
     with contextlib.suppress(Exception):
@@ -241,7 +241,7 @@ class Transport:
         limits = httpx.Limits(max_connections=opts.max_concurrency, max_keepalive_connections=opts.max_concurrency)
         timeout = httpx.Timeout(opts.timeout, connect=opts.connect_timeout)
 
-        async def make():
+        async def make() -> httpx.AsyncClient:
             return httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits)
 
         self._client = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
@@ -258,13 +258,13 @@ class Transport:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
-    def run(self, coro: Awaitable[Any]) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run ``coro`` on the transport's loop and wait for it (from any thread but the loop's own)."""
         if self.closed:
-            coro.close()  # type: ignore[union-attr]
+            coro.close()
             raise RemoteError(f"{self.label}: the remote model was closed")
         if threading.current_thread() is self._thread:
-            coro.close()  # type: ignore[union-attr]
+            coro.close()
             raise RuntimeError("Transport.run called from its own event loop thread")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
@@ -349,7 +349,7 @@ class Transport:
         raise RemoteError(f"{self.label}: cannot reach {url} ({type(last).__name__}: {last}; {tries})") from None
 
 
-def _error_message(resp) -> str:
+def _error_message(resp: Any) -> str:
     try:
         body = resp.json()
     except ValueError:
