@@ -109,12 +109,10 @@ def typed(privacy: Mapping[str, Any], reads_exemplars: bool) -> PrivacyCost | No
     return PrivacyCost.from_dict(privacy)
 
 
-@dataclass(frozen=True)
-class Classification:
-    """A classification mechanism (rnm, poe, the baselines) under the protocol."""
+class _Wrapped:
+    """What both adapters read off the wrapped mechanism."""
 
-    mech: ClassificationMechanism
-    task: Task = "classification"
+    mech: ClassificationMechanism | GenerationMechanism
 
     @property
     def name(self) -> str:
@@ -127,6 +125,14 @@ class Classification:
     @property
     def reads_exemplars(self) -> bool:
         return self.mech.reads_exemplars
+
+
+@dataclass(frozen=True)
+class Classification(_Wrapped):
+    """A classification mechanism (rnm, poe, the baselines) under the protocol."""
+
+    mech: ClassificationMechanism
+    task: Task = "classification"
 
     def parse_params(self, params: Mapping[str, Any]) -> Any:
         return self.mech.parse_params(params)
@@ -171,23 +177,11 @@ _PLACEHOLDER: tuple[str, str] = ("x", "y")
 
 
 @dataclass(frozen=True)
-class Generation:
+class Generation(_Wrapped):
     """A generation mechanism (esa, ksa, clip_softmax, poe, mozo, the baselines) under the protocol."""
 
     mech: GenerationMechanism
     task: Task = "generation"
-
-    @property
-    def name(self) -> str:
-        return self.mech.name
-
-    @property
-    def is_private(self) -> bool:
-        return self.mech.is_private
-
-    @property
-    def reads_exemplars(self) -> bool:
-        return self.mech.reads_exemplars
 
     def parse_params(self, params: Mapping[str, Any]) -> GenerationParams:
         p = dict(params)
