@@ -576,3 +576,46 @@ def test_subsample_given_epsilon_per_token_within_budget_is_kept():
     cfg = mozo.configure(_sub_req({"epsilon_per_token": 0.5}))
     assert cfg.epsilon_per_token == 0.5 and cfg.subsample
     assert mozo.configure(_sub_req({"subsample": "false"})).population is None
+
+
+def test_subsample_served_over_http_private_and_chat_endpoints(live_server):
+    """``params.subsample`` passes through /v1/private/generate and the chat endpoint's dp_params unchanged;
+    a bad value is a 422 naming the field, refused before any charge."""
+    httpx = pytest.importorskip("httpx")
+    body = {"name": "gen", "task": "generation",
+            "template": {"instruction": "Summarize.", "input_prefix": "Text:", "output_prefix": "Summary:"},
+            "budget": {"epsilon": 20.0, "delta": 1e-5},
+            "exemplars": [{"input": f"Ann meets Bo on day {i}.", "output": f"Ann and Bo meet ({i})."} for i in range(6)]}
+    r = httpx.post(f"{live_server}/v1/datasets", json=body)
+    assert r.status_code == 201, r.text
+    ds = r.json()["id"]
+    url = f"{live_server}/v1/private/generate"
+    req = dict(dataset_id=ds, query="Cy meets Di on Friday.", mechanism="mozo", epsilon=2.0, max_tokens=1,
+               params={"experts": 2, "subsample": True}, return_internals=True)
+    r = httpx.post(url, json=req, timeout=600)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    p = b["privacy"]
+    assert 0 < p["epsilon"] <= 2.0 and p["params"]["subsample"] is True
+    assert p["params"]["population"] == 6 and p["params"]["sample_rate"] == pytest.approx(2 / 6)
+    assert len(b["internals"]["steps"][0]["subset"]) == 2
+    for params, kw, field in (({"experts": 7, "subsample": True}, {}, "params.subsample"),
+                              # (add-remove: the dataset's replace-one ledger refuses it first, naming adjacency)
+                              ({"subsample": True}, {"adjacency": "add-remove"}, "adjacency"),
+                              ({"subsample": "maybe"}, {}, "params.subsample")):
+        r = httpx.post(url, json={**req, "params": params, **kw}, timeout=600)
+        assert r.status_code == 422 and r.json()["error"]["param"] == field, r.text
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="unused-in-open-mode", timeout=600)
+    resp = client.chat.completions.create(
+        model="smollm2-135m-instruct", max_tokens=1, messages=[{"role": "user", "content": "Cy meets Di."}],
+        extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
+                    "dp_params": {"experts": 2, "subsample": True}})
+    dp = resp.model_extra["dp"]
+    assert dp["privacy"]["params"]["subsample"] is True and 0 < dp["privacy"]["epsilon"] <= 1.0
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
+                                                   "dp_params": {"experts": 9, "subsample": True}})
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 2
