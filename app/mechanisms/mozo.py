@@ -74,6 +74,22 @@ only in white-box internals, as their mean). The DPS-MOZO paper's own theorem (i
 analysis, subsampling, online/offline modes) could not be read here (only its abstract
 and introduction), so none of it is implemented or cited as a theorem.
 
+Subsampling (``subsample: true``, replace-one only; issue 18, third pass). Every exemplar's one-shot
+prompt is a decoding row; each step draws a fresh uniformly random E-subset of the n rows WITHOUT
+replacement (public randomness, independent of the data) and runs the step above on those E experts
+(no padding: E <= n is required, else a 422 naming ``params.subsample``; one exemplar per expert).
+The step on a fixed subset is eps_tok-bounded range, hence eps_tok-DP under substitution; over the
+random subset it is eps'-DP with eps' = log(1 + (E/n)(e^eps_tok - 1)) (Balle, Barthe & Gaboardi 2018,
+NeurIPS, "Privacy Amplification by Subsampling: Tight Analyses via Couplings and Divergences",
+Table 1, substitution relation, sampling without replacement; a short proof is in
+``app.privacy.subsampling``). The subsampled step is not claimed to be bounded range, so the T steps
+are composed as pure-DP events (``PureDPEvent``: min(eps', alpha eps'^2/2, sinh form)) in the RDP
+accountant, or basically when smaller; eps_tok is the largest with that cost <= the budget
+(bisection keeping the feasible end). The cost depends on n (public here: ``exemplar_count``)
+and public parameters only. Under add-remove n changes between neighbours: refused (422). Cost
+of the implementation: n rows are decoded per step (the unsampled ones too), so it is n/E times
+the work of the unsubsampled mechanism.
+
 Why ``uniform_mix`` (mu): EOS is always a candidate and p_0(EOS) is often ~1e-8 in
 mid-sentence, which would force lam_t ~ 0 (pure zero-shot) at every step. The uniform
 share puts every base probability >= mu / |C_t|. mu = 0 is the plain zero-shot mixing of
