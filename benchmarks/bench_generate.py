@@ -187,6 +187,8 @@ def bench_rouge(args) -> dict:
     lm0, emb = load_models(any(m == "esa" for m in args.mechanisms.split(",")), args.model)
     lm = MemoLM(lm0)
     train, test = load_task()
+    if args.train_size:
+        train = train[: args.train_size]  # a smaller private set (the first N training pairs), e.g. for subsample
     items = test[args.start: args.start + args.items] if args.start >= 0 else test[args.start:][: args.items]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     mechs = [m for m in args.mechanisms.split(",") if m]
@@ -212,7 +214,10 @@ def bench_rouge(args) -> dict:
             req = GenerationRequest.build(train, item["input"], epsilon=eps, delta=1e-5, max_tokens=args.tokens,
                                           template=TEMPLATE, params=p)
             t = time.perf_counter()
-            res = generate(mech, req, lm, emb, np.random.default_rng(1000 + j))
+            # per-item seed 1000 + (index in the test split from --start >= 0): chunked runs (--start 2 --items 2)
+            # reuse the seeds of one 10-item run
+            seed = 1000 + j + (args.start if args.start >= 0 else 0)
+            res = generate(mech, req, lm, emb, np.random.default_rng(seed))
             seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - t
             scores.setdefault(key, []).append(rouge_l(res.text, item["output"]))
             if j == 0:
@@ -222,6 +227,7 @@ def bench_rouge(args) -> dict:
     table = {k: {"rouge_l": float(np.mean(v)), "stderr": float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0,
                  "seconds_per_item": seconds[k] / len(v)} for k, v in scores.items()}
     return {"env": env_line(lm0), "items": len(items), "tokens": args.tokens, "epsilons": epsilons,
+            "train_size": len(train),
             "params": params, "full_context_shots": args.full_context_shots, "table": table,
             "reference_0": items[0]["output"], "examples_0": examples, "memo_hits": lm.hits}
 
@@ -333,6 +339,8 @@ def main() -> None:
     r.add_argument("--no-baselines", action="store_true", help="skip zero_shot and full_context")
     r.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     r.add_argument("--model", default="", help="bundled model key, e.g. gemma3-270m (default: the bundled SmolLM2)")
+    r.add_argument("--train-size", type=int, default=0, help="private set = the first N of the 240 training pairs "
+                   "(0: all); mozo's subsample decodes one row per private exemplar")
     r.add_argument("--start", type=int, default=0, help="first test item (negative: from the end, e.g. -3 for the "
                                                           "held-out probe items test[-3:])")
     m = sub.add_parser("mozo-audit", help="ICLInf-style decoding audit of mozo (data-dependent loss vs charge)")

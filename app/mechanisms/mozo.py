@@ -74,6 +74,22 @@ only in white-box internals, as their mean). The DPS-MOZO paper's own theorem (i
 analysis, subsampling, online/offline modes) could not be read here (only its abstract
 and introduction), so none of it is implemented or cited as a theorem.
 
+Subsampling (``subsample: true``, replace-one only; issue 18, third pass). Every exemplar's one-shot
+prompt is a decoding row; each step draws a fresh uniformly random E-subset of the n rows WITHOUT
+replacement (public randomness, independent of the data) and runs the step above on those E experts
+(no padding: E <= n is required, else a 422 naming ``params.subsample``; one exemplar per expert).
+The step on a fixed subset is eps_tok-bounded range, hence eps_tok-DP under substitution; over the
+random subset it is eps'-DP with eps' = log(1 + (E/n)(e^eps_tok - 1)) (Balle, Barthe & Gaboardi 2018,
+NeurIPS, "Privacy Amplification by Subsampling: Tight Analyses via Couplings and Divergences",
+Table 1, substitution relation, sampling without replacement; a short proof is in
+``app.privacy.subsampling``). The subsampled step is not claimed to be bounded range, so the T steps
+are composed as pure-DP events (``PureDPEvent``: min(eps', alpha eps'^2/2, sinh form)) in the RDP
+accountant, or basically when smaller; eps_tok is the largest with that cost <= the budget
+(bisection keeping the feasible end). The cost depends on n (public here: ``exemplar_count``)
+and public parameters only. Under add-remove n changes between neighbours: refused (422). Cost
+of the implementation: n rows are decoded per step (the unsampled ones too), so it is n/E times
+the work of the unsubsampled mechanism.
+
 Why ``uniform_mix`` (mu): EOS is always a candidate and p_0(EOS) is often ~1e-8 in
 mid-sentence, which would force lam_t ~ 0 (pure zero-shot) at every step. The uniform
 share puts every base probability >= mu / |C_t|. mu = 0 is the plain zero-shot mixing of
@@ -99,6 +115,7 @@ from app.mechanisms.gen_common import (
     Params,
     build_prompt,
     clean_answer,
+    largest_feasible,
     partition,
     require_private,
     resolve_units,
@@ -107,13 +124,17 @@ from app.mechanisms.gen_common import (
 from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
 from app.mechanisms.poe_decode import bounded_range_privacy, resolve_epsilon_per_token
 from app.mechanisms.rng import resolve_rng
+from app.privacy.accountant import PrivacyCost, PureDPEvent, RdpAccountant
+from app.privacy.adjacency import Adjacency
+from app.privacy.rdp import DEFAULT_ORDERS
+from app.privacy.subsampling import amplified_epsilon, deamplified_epsilon
 
 if TYPE_CHECKING:
     from app.llm.types import Embedder, LanguageModel
 
 NAME = "mozo"
 PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k",
-          "lambda_mode")
+          "lambda_mode", "subsample")
 LAMBDA_MODES = ("public", "per_expert")
 DEFAULT_EXPERTS = 32
 # Defaults from a probe on 3 held-out test dialogues (test[-3:], never in the reported eval),
@@ -261,12 +282,41 @@ class MozoConfig:
     change: sens.UnitChange
     public_top_k: int | None = None  # not in to_dict: the cost does not depend on it
     lambda_mode: str = "public"  # "per_expert": lam_i from p_i within the ball (same bound, same cost)
+    population: int | None = None  # ``subsample``: n, the (public) exemplar count sampled from each step
+
+    @property
+    def subsample(self) -> bool:
+        return self.population is not None
+
+    @property
+    def sample_rate(self) -> float:
+        """q = E / n with ``subsample`` (1 without)."""
+        return 1.0 if self.population is None else self.experts / self.population
+
+    @property
+    def amplified_epsilon_per_token(self) -> float:
+        """The per-step pure-DP epsilon charged: eps_tok, or log(1 + q (e^eps_tok - 1)) with ``subsample``."""
+        return amplified_epsilon(self.epsilon_per_token, self.sample_rate)
 
     @property
     def weight(self) -> float:
         return 1.0 / (self.weight_experts * self.temperature)
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._base_dict()
+        if self.subsample:
+            d.update({
+                "subsample": True,
+                "population": self.population,
+                "sample_rate": self.sample_rate,
+                "amplified_epsilon_per_token": self.amplified_epsilon_per_token,
+                "amplification": ("each step a fresh uniform E-subset of the n exemplars, without replacement; "
+                                  "eps' = log(1 + (E/n)(e^eps_tok - 1)) (Balle, Barthe & Gaboardi 2018, Table 1, "
+                                  "substitution), composed as pure-DP events"),
+            })
+        return d
+
+    def _base_dict(self) -> dict[str, Any]:
         return {
             "experts": self.experts,
             "group_size": self.group_size,
@@ -285,10 +335,55 @@ class MozoConfig:
         }
 
 
+# ---------------------------------------------------------------------------
+# Subsampling (``subsample``): per-step amplification and its calibration
+# ---------------------------------------------------------------------------
+
+
+def subsampled_accountant(epsilon_per_token: float, rate: float, tokens: int,
+                          adjacency: Any = "replace-one") -> RdpAccountant:
+    """``tokens`` pure-DP events of epsilon log(1 + q (e^eps_tok - 1)) each (RDP of pure DP:
+    min(eps', alpha eps'^2/2, sinh form), ``PureDPEvent``). The amplified step is NOT claimed to be
+    bounded range, so the eps^2/8 zCDP curve of the unsubsampled step is not used."""
+    event = PureDPEvent(amplified_epsilon(epsilon_per_token, rate))
+    orders = np.asarray(DEFAULT_ORDERS, dtype=float)
+    return RdpAccountant(orders, adjacency=sens.parse_adjacency(adjacency)).compose(event, count=tokens)
+
+
+def subsampled_total_epsilon(epsilon_per_token: float, rate: float, tokens: int, delta: float) -> float:
+    """The charge: min(basic composition tokens * eps', RDP composition converted at delta)."""
+    basic = tokens * amplified_epsilon(epsilon_per_token, rate)
+    if delta <= 0.0:
+        return basic
+    return min(basic, subsampled_accountant(epsilon_per_token, rate, tokens).get_epsilon(delta))
+
+
+def calibrate_subsampled_per_token(epsilon: float, delta: float, tokens: int, rate: float) -> float:
+    """Largest eps_tok (bisection keeping the feasible end, as dp_accounting's calibration) with
+    subsampled_total_epsilon(eps_tok) <= epsilon; never above the target (checked again at the end)."""
+    lo = epsilon / tokens * 0.999  # feasible: eps' <= eps_tok and basic composition
+    hi = max(lo, deamplified_epsilon(epsilon, rate) + 1.0)  # eps' > epsilon there: infeasible for tokens >= 1
+    et = largest_feasible(lambda e: subsampled_total_epsilon(e, rate, tokens, delta), epsilon, lo, hi)
+    if subsampled_total_epsilon(et, rate, tokens, delta) > epsilon:  # pragma: no cover - bisection keeps feasibility
+        raise RuntimeError("subsampled calibration exceeded the target")
+    return et
+
+
+def _subsample_param(p: Params) -> bool:
+    v = p.get("subsample", False)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise MechanismParamError(f"must be true or false, got {v!r}", param="params.subsample")
+
+
 def configure(req: GenerationRequest) -> MozoConfig:
     eps = require_private(req, NAME)
     p = Params(req.params, PARAMS)
     top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
+    if _subsample_param(p):
+        return _configure_subsampled(req, p, eps, top_k)
     e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
                          DEFAULT_EXPERTS, 1, "experts", "group_size")
     weight_experts = p.count("experts", DEFAULT_EXPERTS)
@@ -304,7 +399,79 @@ def configure(req: GenerationRequest) -> MozoConfig:
     return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, req.max_tokens, change, top_k, mode)
 
 
+def _configure_subsampled(req: GenerationRequest, p: Params, eps: float, top_k: int | None) -> MozoConfig:
+    """``subsample: true``: E one-shot experts from a fresh uniform E-subset of the n exemplars each step.
+
+    Replace-one only: the amplification (and the public n it depends on) is for the substitution
+    relation; under add-remove n itself changes between neighbours. One exemplar per expert: the
+    experts are rebuilt every step from the prompts of single exemplars."""
+    n = len(req.exemplars)
+    if sens.parse_adjacency(req.adjacency) != Adjacency.REPLACE_ONE:
+        raise MechanismParamError(
+            "subsampling is analysed for the replace-one (substitution) relation only (sampling without "
+            "replacement, Balle, Barthe & Gaboardi 2018); use adjacency 'replace-one' or subsample false",
+            param="params.subsample",
+        )
+    if n < 1:
+        raise MechanismParamError("the dataset has no exemplars", param="dataset_id")
+    if p.count("group_size", 1) != 1:
+        raise MechanismParamError("must be 1 with subsample (one exemplar per expert)", param="params.group_size")
+    e = p.count("experts", DEFAULT_EXPERTS)
+    if e > n:
+        raise MechanismParamError(
+            f"subsampling {e} experts needs at least {e} exemplars, the dataset has {n} "
+            "(lower params.experts or set subsample false)",
+            param="params.subsample",
+        )
+    tau = p.positive("temperature", DEFAULT_TEMPERATURE)
+    mu = p.nonnegative("uniform_mix", DEFAULT_UNIFORM_MIX)
+    if mu > 1.0:
+        raise MechanismParamError(f"must be in [0, 1], got {mu:g}", param="params.uniform_mix")
+    lam_max = p.positive("lambda_max", 1.0, upper=1.0)
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=1, uses_every_exemplar=False)
+    mode = p.choice("lambda_mode", "public", LAMBDA_MODES)
+    rate = e / n
+    if p.given("epsilon_per_token"):
+        et = p.given_positive("epsilon_per_token")
+        got = subsampled_total_epsilon(et, rate, req.max_tokens, req.delta)
+        if got > eps * (1 + 1e-9):
+            raise MechanismParamError(
+                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {req.max_tokens} subsampled tokens "
+                f"> the budget {eps:g}",
+                param="params.epsilon_per_token",
+            )
+    else:
+        et = calibrate_subsampled_per_token(eps, req.delta, req.max_tokens, rate)
+    return MozoConfig(e, e, 1, tau, mu, lam_max, et, req.max_tokens, change, top_k, mode, population=n)
+
+
+def subsampled_privacy(cfg: MozoConfig, delta: float, adjacency: str) -> dict[str, Any]:
+    """The cost of ``tokens`` amplified pure-DP steps: min(RDP composition at delta, basic)."""
+    ep = cfg.amplified_epsilon_per_token
+    acc = subsampled_accountant(cfg.epsilon_per_token, cfg.sample_rate, cfg.tokens, adjacency)
+    basic = cfg.tokens * ep
+    rdp_eps, alpha = acc.get_epsilon_and_order(delta) if delta > 0.0 else (math.inf, None)
+    use_rdp = rdp_eps < basic
+    cost = PrivacyCost(
+        epsilon=rdp_eps if use_rdp else basic,
+        delta=delta if use_rdp else 0.0,
+        adjacency=sens.parse_adjacency(adjacency).value,
+        mechanism=NAME,
+        params=cfg.to_dict(),
+        alpha=alpha if use_rdp else None,
+        method="subsampled-pure-dp-rdp" if use_rdp else "basic",
+        orders=tuple(float(x) for x in acc.orders),
+        rdp=tuple(float(x) for x in acc.rdp),
+        rho=cfg.tokens * ep**2 / 2.0,  # Bun & Steinke 2016 Prop. 3.3: eps-DP => eps^2/2-zCDP
+    )
+    d = cost.to_dict()
+    d["is_private"] = True
+    return d
+
+
 def privacy(cfg: MozoConfig, req: GenerationRequest) -> dict[str, Any]:
+    if cfg.subsample:
+        return subsampled_privacy(cfg, req.delta, req.adjacency)
     return bounded_range_privacy(cfg.epsilon_per_token, cfg.tokens, req.delta, req.adjacency, NAME, cfg.to_dict())
 
 
@@ -317,6 +484,15 @@ def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
     def choose(logits: np.ndarray, public_logits: np.ndarray | None = None) -> tuple[int, dict[str, Any]]:
         if public_logits is None:
             raise RuntimeError("mozo needs the public zero-shot row")
+        subset: np.ndarray | None = None
+        if cfg.subsample:
+            # Public randomness, independent of the data: a fresh uniform E-subset of the n one-shot
+            # rows (row i = exemplar i), without replacement; the step below sees those rows only.
+            rows = np.asarray(logits)
+            if rows.ndim == 1 or rows.shape[0] != cfg.population:
+                raise RuntimeError("subsampled mozo needs one row per exemplar")
+            subset = np.sort(rng.choice(rows.shape[0], size=cfg.experts, replace=False))
+            logits = rows[subset]
         v = np.asarray(public_logits).reshape(-1).size
         cand = (np.arange(v) if cfg.public_top_k is None
                 else public_candidates(public_logits, cfg.public_top_k, sorted(eos)))
@@ -332,8 +508,11 @@ def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
         lq = step_log_probs(logits, cand, base, lam, cfg.weight, pad=cfg.weight_experts - cfg.experts)
         i = gumbel_argmax(lq, rng)
         tok = int(cand[i])
-        return tok, {"token": tok, "log_prob": float(lq[i]), "max_prob": float(np.exp(lq.max())),
-                     "candidates": int(cand.size), "lambda": float(np.mean(lam)), "base_min": m1}
+        info: dict[str, Any] = {"token": tok, "log_prob": float(lq[i]), "max_prob": float(np.exp(lq.max())),
+                                "candidates": int(cand.size), "lambda": float(np.mean(lam)), "base_min": m1}
+        if subset is not None:
+            info["subset"] = [int(x) for x in subset]
+        return tok, info
 
     return choose
 
@@ -348,7 +527,9 @@ def run(
 ) -> GenerationResult:
     cfg = configure(req)
     g = resolve_rng(rng)
-    units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)
+    # With ``subsample`` every exemplar's one-shot prompt is a row (the chooser draws E of them per step).
+    units = ([[i] for i in range(len(req.exemplars))] if cfg.subsample
+             else partition(len(req.exemplars), cfg.experts, cfg.group_size, g))
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
     public = build_prompt(lm, req.template, [], req.query)
     out = decode(lm, prompts, chooser(cfg, g, eos_ids(lm)), req.max_tokens, stops=stop_strings(lm),
@@ -359,6 +540,7 @@ def run(
         "candidate_set": ("vocabulary" if cfg.public_top_k is None
                           else "public: zero-shot top-k (template + query + released tokens, no exemplar) + EOS"),
         "experts": units,
+        "subsample": cfg.subsample,
         "mean_lambda": float(np.mean(lams)) if lams else None,
         "steps": out.steps,
     }

@@ -402,3 +402,220 @@ def test_lambda_mode_param_and_cost_unchanged():
     with pytest.raises(MechanismParamError) as e:
         mech.cost(_req({"lambda_mode": "paper"}))
     assert e.value.param == "params.lambda_mode"
+
+
+# ---------------------------------------------------------------------------
+# subsample: a fresh uniform E-subset of the n exemplars per step, amplified pure-DP charge
+# (Balle, Barthe & Gaboardi 2018, Table 1, substitution, without replacement:
+#  eps' = log(1 + (m/n)(e^eps - 1))). The references below enumerate every subset with numpy.
+# ---------------------------------------------------------------------------
+
+
+def _ref_amplified(eps: float, m: int, n: int) -> float:
+    return math.log(1.0 + (m / n) * (math.exp(eps) - 1.0))
+
+
+def _ref_subsampled_law(private_logits: np.ndarray, base: np.ndarray, lam: float, w: float, m: int) -> np.ndarray:
+    """Exact output law of one subsampled step: the average of the m-expert step over all C(n, m) subsets."""
+    from itertools import combinations
+
+    n = private_logits.shape[0]
+    subsets = list(combinations(range(n), m))
+    return sum(_ref_law(private_logits[list(s)], base, lam, w) for s in subsets) / len(subsets)
+
+
+def _point_mass(v: int, k: int) -> np.ndarray:
+    z = np.full(v, -60.0)
+    z[k] = 0.0
+    return z
+
+
+def test_subsampled_step_exact_law_within_the_amplified_epsilon_and_fixed_subset_caught():
+    """n in 4..7, m in {2, 3}, |V| in 2..4: the chosen exemplar replaced by every point mass and random
+    distributions; the exact max log-ratio (both directions) of the subset-averaged law <= eps'. The
+    broken variant (no subsampling: the first m exemplars every step, the same amplified charge)
+    exceeds eps' on some world, so the check can fail."""
+    rng = np.random.default_rng(1801)
+    worst_ratio, broken_exceeds, worlds = 0.0, 0, 0
+    for n in range(4, 8):
+        for m in (2, 3):
+            for _ in range(6):
+                v = int(rng.integers(2, 5))
+                eps = float(rng.uniform(0.3, 3.0))
+                w = 1.0 / (m * float(rng.choice([0.25, 1.0])))
+                base = _ref_base(_softmax(rng.normal(0, 2, size=v)), float(rng.choice([0.0, 0.1, 1.0])))
+                m1, m2 = np.sort(base)[:2]
+                lam = mozo.calibrate_lambda(eps, w, m1, m2)
+                claim = _ref_amplified(eps, m, n)
+                assert mozo.amplified_epsilon(eps, m / n) == pytest.approx(claim, rel=1e-12)
+                z = rng.normal(0, 4, size=(n, v))
+                z[0] = _point_mass(v, int(np.argsort(base)[1]))  # the changed exemplar starts as a point mass
+                p = _ref_subsampled_law(z, base, lam, w, m)
+                fixed = _ref_law(z[:m], base, lam, w)
+                replacements = [_point_mass(v, k) for k in range(v)] + [rng.normal(0, 4, size=v) for _ in range(3)]
+                for j in (0, int(rng.integers(1, n))):
+                    for r in replacements:
+                        z2 = z.copy()
+                        z2[j] = r
+                        p2 = _ref_subsampled_law(z2, base, lam, w, m)
+                        loss = float(np.max(np.abs(np.log(p) - np.log(p2))))
+                        assert loss <= claim * (1 + 1e-9) + 1e-12, (n, m, v, eps, loss, claim)
+                        worst_ratio = max(worst_ratio, loss / claim)
+                        worlds += 1
+                        if j == 0:
+                            fixed2 = _ref_law(z2[:m], base, lam, w)
+                            broken = float(np.max(np.abs(np.log(fixed) - np.log(fixed2))))
+                            assert broken <= eps * (1 + 1e-9)  # the unamplified step itself is eps-DP
+                            broken_exceeds += int(broken > claim * (1 + 1e-6))
+    assert worlds > 300
+    assert worst_ratio > 0.7  # not vacuous: the worst pair found reaches 0.88 of eps' (seeded)
+    assert broken_exceeds > 0  # dropping the subsampling but keeping the amplified charge is caught
+
+
+def test_amplification_tight_in_the_two_point_extreme():
+    """The bound's extreme (Balle et al.'s tightness): a step that is exactly eps-DP on one output gives
+    the amplified ratio 1 - q + q e^eps when the subsets without i behave like D' (a = b')."""
+    for n, m, eps in ((5, 2, 1.0), (7, 3, 2.5), (240, 32, 0.728)):
+        q = m / n
+        b_prime, b, a = 1.0, math.exp(eps), 1.0
+        ratio = ((1 - q) * a + q * b) / ((1 - q) * a + q * b_prime)
+        assert math.log(ratio) == pytest.approx(mozo.amplified_epsilon(eps, q), rel=1e-12)
+
+
+SUB_EX = [(f"in {i}", f"out {i}") for i in range(240)]
+
+
+def _sub_req(params=None, exemplars=SUB_EX, **kw):
+    base = dict(epsilon=2.0, delta=1e-5, max_tokens=16)
+    base.update(kw)
+    p = {"subsample": True}
+    p.update(params or {})
+    return GenerationRequest.build(exemplars, "q", params=p, **base)
+
+
+def test_subsampled_calibration_never_exceeds_the_target_and_matches_an_independent_accountant():
+    from app.privacy.accountant import PureDPEvent, RdpAccountant
+
+    rng = np.random.default_rng(1802)
+    mech = get_generation_mechanism("mozo")
+    cases = [(2.0, 1e-5, 16, 240, 32), (1.0, 1e-5, 16, 240, 32), (8.0, 1e-5, 16, 240, 32), (2.0, 0.0, 16, 240, 32)]
+    cases += [(float(rng.uniform(0.2, 10)), float(rng.choice([0.0, 1e-6, 1e-5, 1e-3])), int(rng.integers(1, 64)),
+               int(n), int(rng.integers(1, n + 1))) for n in rng.integers(4, 400, size=40)]
+    for eps, delta, tokens, n, m in cases:
+        req = _sub_req({"experts": m}, exemplars=SUB_EX[:n] if n <= 240 else SUB_EX * 2, epsilon=eps, delta=delta,
+                       max_tokens=tokens)
+        n = len(req.exemplars)
+        cfg = mozo.configure(req)
+        cost = mech.cost(req)
+        et = cfg.epsilon_per_token
+        ep = _ref_amplified(et, m, n)
+        # independent recomposition: pure-DP events through the accountant, or basic composition
+        basic = tokens * ep
+        indep = basic if delta == 0 else min(
+            basic, RdpAccountant(adjacency="replace-one").compose(PureDPEvent(ep), count=tokens).get_epsilon(delta))
+        assert indep <= eps * (1 + 1e-9)
+        assert cost["epsilon"] == pytest.approx(indep, rel=1e-9) and cost["epsilon"] <= eps * (1 + 1e-9)
+        assert cost["params"]["subsample"] is True and cost["params"]["sample_rate"] == pytest.approx(m / n)
+        # maximal: a slightly larger eps_tok costs more than the target
+        assert mozo.subsampled_total_epsilon(et * (1 + 1e-6), m / n, tokens, delta) > eps * (1 - 1e-6)
+        # amplification helps (q < 1) and never hurts (q = 1 gives the unsubsampled pure-DP step)
+        assert et >= eps / tokens * 0.999
+    # the known-before-any-model-call cost depends on n and public params only
+    a, b = mech.cost(_sub_req({"public_top_k": 5, "uniform_mix": 0.0})), mech.cost(_sub_req({"lambda_mode": "per_expert"}))
+    assert a["epsilon"] == b["epsilon"] and a["rdp"] == b["rdp"]
+    # eps 2 over 16 tokens, n = 240, E = 32: eps_tok ~3x the unsubsampled bounded-range 0.233
+    cfg = mozo.configure(_sub_req({"experts": 32}))
+    assert 0.70 < cfg.epsilon_per_token < 0.76 and cfg.weight_experts == cfg.experts == 32
+    # off by default: the existing cost is unchanged
+    off = mech.cost(GenerationRequest.build(SUB_EX, "q", epsilon=2.0, delta=1e-5, max_tokens=16, params={}))
+    assert off["method"] == "bounded-range-rdp" and "subsample" not in off["params"]
+
+
+def test_subsampled_chooser_draws_fresh_uniform_subsets_and_steps_on_them():
+    n, e, v = 12, 4, 6
+    cfg = mozo.configure(_sub_req({"experts": e, "public_top_k": 0}, exemplars=SUB_EX[:n], max_tokens=4))
+    rng = np.random.default_rng(1803)
+    logits = rng.normal(0, 3, size=(n, v))
+    public = rng.normal(0, 1, size=v)
+    choose = mozo.chooser(cfg, np.random.default_rng(7), frozenset())
+    seen = np.zeros(n)
+    steps = 3000
+    for _ in range(steps):
+        tok, info = choose(logits, public)
+        s = np.array(info["subset"])
+        assert s.size == e and np.unique(s).size == e
+        seen[s] += 1
+    # inclusion frequency E/n per exemplar (binomial s.e. ~0.0086 at 3000 steps)
+    assert np.all(np.abs(seen / steps - e / n) < 0.05)
+    # the step is the unsubsampled step on the drawn rows
+    tok, info = mozo.chooser(cfg, np.random.default_rng(9), frozenset())(logits, public)
+    cand = np.arange(v)
+    base = mozo.base_distribution(public, cand, cfg.uniform_mix)
+    lam = mozo.calibrate_lambda(cfg.epsilon_per_token, cfg.weight, *mozo.two_smallest(base))
+    lq = mozo.step_log_probs(logits[info["subset"]], cand, base, lam, cfg.weight)
+    assert info["log_prob"] == pytest.approx(float(lq[cand.tolist().index(tok)]), rel=1e-12)
+    with pytest.raises(RuntimeError):
+        choose(logits[:e], public)  # a session that is not one row per exemplar is refused
+
+
+@pytest.mark.parametrize("params, kw, field", [
+    ({"experts": 41}, {"exemplars": SUB_EX[:40]}, "params.subsample"),  # n < m
+    ({}, {"adjacency": "add-remove"}, "params.subsample"),
+    ({"group_size": 2}, {}, "params.group_size"),
+    ({"subsample": "yes"}, {}, "params.subsample"),
+    ({"subsample": 1}, {}, "params.subsample"),
+    ({"epsilon_per_token": 3.0}, {}, "params.epsilon_per_token"),
+])
+def test_subsample_bad_params_name_the_field(params, kw, field):
+    with pytest.raises(MechanismParamError) as e:
+        get_generation_mechanism("mozo").cost(_sub_req(params, **kw))
+    assert e.value.param == field
+
+
+def test_subsample_given_epsilon_per_token_within_budget_is_kept():
+    cfg = mozo.configure(_sub_req({"epsilon_per_token": 0.5}))
+    assert cfg.epsilon_per_token == 0.5 and cfg.subsample
+    assert mozo.configure(_sub_req({"subsample": "false"})).population is None
+
+
+def test_subsample_served_over_http_private_and_chat_endpoints(live_server):
+    """``params.subsample`` passes through /v1/private/generate and the chat endpoint's dp_params unchanged;
+    a bad value is a 422 naming the field, refused before any charge."""
+    httpx = pytest.importorskip("httpx")
+    body = {"name": "gen", "task": "generation",
+            "template": {"instruction": "Summarize.", "input_prefix": "Text:", "output_prefix": "Summary:"},
+            "budget": {"epsilon": 20.0, "delta": 1e-5},
+            "exemplars": [{"input": f"Ann meets Bo on day {i}.", "output": f"Ann and Bo meet ({i})."} for i in range(6)]}
+    r = httpx.post(f"{live_server}/v1/datasets", json=body)
+    assert r.status_code == 201, r.text
+    ds = r.json()["id"]
+    url = f"{live_server}/v1/private/generate"
+    req = dict(dataset_id=ds, query="Cy meets Di on Friday.", mechanism="mozo", epsilon=2.0, max_tokens=1,
+               params={"experts": 2, "subsample": True}, return_internals=True)
+    r = httpx.post(url, json=req, timeout=600)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    p = b["privacy"]
+    assert 0 < p["epsilon"] <= 2.0 and p["params"]["subsample"] is True
+    assert p["params"]["population"] == 6 and p["params"]["sample_rate"] == pytest.approx(2 / 6)
+    assert len(b["internals"]["steps"][0]["subset"]) == 2
+    for params, kw, field in (({"experts": 7, "subsample": True}, {}, "params.subsample"),
+                              # (add-remove: the dataset's replace-one ledger refuses it first, naming adjacency)
+                              ({"subsample": True}, {"adjacency": "add-remove"}, "adjacency"),
+                              ({"subsample": "maybe"}, {}, "params.subsample")):
+        r = httpx.post(url, json={**req, "params": params, **kw}, timeout=600)
+        assert r.status_code == 422 and r.json()["error"]["param"] == field, r.text
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="unused-in-open-mode", timeout=600)
+    resp = client.chat.completions.create(
+        model="smollm2-135m-instruct", max_tokens=1, messages=[{"role": "user", "content": "Cy meets Di."}],
+        extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
+                    "dp_params": {"experts": 2, "subsample": True}})
+    dp = resp.model_extra["dp"]
+    assert dp["privacy"]["params"]["subsample"] is True and 0 < dp["privacy"]["epsilon"] <= 1.0
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
+                                                   "dp_params": {"experts": 9, "subsample": True}})
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 2
