@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.answers.errors import InvalidRequest, NotFound
 from app.answers.flow import AnswerPlan, Caller, PrivateAnswer, Released, Work, answer, mechanism_error, require_scope
-from app.answers.private import Ask, private_work
+from app.answers.private import Ask, private_work, run_mechanism
 from app.mechanisms.protocol import AnswerInputs, Classification, MechanismOutput
 from app.runtime import Runtime
 
@@ -102,10 +102,7 @@ def _public_work(mech: Classification, lm: Any, ds: Any, dataset_id: str, query:
 
     def compute(rng: np.random.Generator | None) -> Released:
         t0 = time.perf_counter()
-        try:
-            out = mech.run(parsed, inputs, None)
-        except (MechanismParamError, ValueError) as exc:
-            raise mechanism_error(exc) from None
+        out = run_mechanism(mech, parsed, inputs, None)
         privacy = synthetic_cost(parsed.to_dict()) if mech.name != "zero_shot" else out.privacy
         privacy["mechanism"] = mech.name
         return Released({

@@ -32,7 +32,14 @@ import anyio.to_thread
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.answers.errors import BudgetExhaustedError, ClientGone, Conflict, InvalidRequest, dataset_not_found
+from app.answers.errors import (
+    BudgetExhaustedError,
+    ClientGone,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    dataset_not_found,
+)
 from app.answers.presentation import visible
 from app.budget.ledger import BudgetExhausted, ChargeResult, Ledger, LedgerConflict, NoBudgetAccount
 from app.privacy.accountant import PrivacyCost
@@ -310,8 +317,6 @@ def reused(ch: ChargeResult, return_internals: bool) -> PrivateAnswer:
 
 
 def require_scope(caller: Caller, return_internals: bool) -> None:
-    from app.answers.errors import Forbidden
-
     if return_internals and not caller.has("internals"):
         raise Forbidden("return_internals needs an API key with the 'internals' scope",
                         param="return_internals", code="insufficient_scope")

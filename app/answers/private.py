@@ -16,13 +16,12 @@ from sqlalchemy.orm import Session
 
 from app.answers.errors import InvalidRequest, dataset_not_found
 from app.answers.flow import AnswerPlan, Caller, Released, Work, mechanism_error, query_digest, reuse_key_of
-from app.mechanisms.protocol import AnswerInputs, AnswerMechanism, MechanismOutput
+from app.mechanisms.protocol import AnswerInputs, AnswerMechanism, MechanismOutput, typed
+from app.privacy.accountant import PrivacyCost
+from app.privacy.adjacency import Adjacency
+from app.privacy.errors import PrivacyInputError
 from app.runtime import Runtime
 from app.store import budget_repo, datasets_repo
-
-
-def canonical_adjacency(value: Any) -> str:
-    return str(value).strip().lower().replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -32,12 +31,15 @@ class Costed:
     parsed: Any
     reported: dict[str, Any]  # the cost as the mechanism reports it (what the forecast shows)
     charged: bool
+    event: PrivacyCost | None  # the typed cost the ledger composes (None: uncharged)
 
-    @property
-    def event(self) -> Any:
-        from app.mechanisms.protocol import typed
 
-        return typed(self.reported, self.charged)
+def _same_adjacency(given: Any, account_adjacency: str) -> bool:
+    """Whether a request's adjacency names the account's (aliases included); an unknown name is not."""
+    try:
+        return Adjacency.parse(given).value == account_adjacency
+    except PrivacyInputError:
+        return False
 
 
 def is_charged(mech: AnswerMechanism) -> bool:
@@ -57,7 +59,7 @@ def cost_of(rt: Runtime, mech: AnswerMechanism, params: Mapping[str, Any], *, ac
     if mech.is_private and account_adjacency is not None:
         if "adjacency" not in p:
             p["adjacency"] = account_adjacency
-        elif canonical_adjacency(p["adjacency"]) != account_adjacency:
+        elif not _same_adjacency(p["adjacency"], account_adjacency):
             raise InvalidRequest(f"this dataset's budget is accounted under {account_adjacency!r} adjacency",
                                  param="adjacency", code="adjacency_mismatch")
     if not mech.is_private:
@@ -71,11 +73,22 @@ def cost_of(rt: Runtime, mech: AnswerMechanism, params: Mapping[str, Any], *, ac
     try:
         parsed = mech.parse_params(p)
         reported = mech.reported_cost(parsed, n_exemplars)
-        costed = Costed(parsed, reported, is_charged(mech))
-        costed.event  # a malformed cost fails here, before any model work
+        charged = is_charged(mech)
+        # Typed here, once: a malformed cost fails before any model work.
+        return Costed(parsed, reported, charged, typed(reported, charged))
     except (MechanismParamError, ValueError, KeyError, TypeError) as exc:
         raise mechanism_error(exc) from None
-    return costed
+
+
+def run_mechanism(mech: AnswerMechanism, parsed: Any, inputs: AnswerInputs,
+                  rng: np.random.Generator | None) -> MechanismOutput:
+    """The model work of one answer; a parameter the mechanism rejects only at run time is a 422."""
+    from app.mechanisms.errors import MechanismParamError
+
+    try:
+        return mech.run(parsed, inputs, rng)
+    except (MechanismParamError, ValueError) as exc:
+        raise mechanism_error(exc) from None
 
 
 def nonprivate_refused(name: str) -> InvalidRequest:
@@ -136,13 +149,8 @@ def private_work(rt: Runtime, s: Session, caller: Caller, mech: AnswerMechanism,
     inputs = AnswerInputs(lm, exemplars, ask.query, tuple(ds.labels or ()), template, embedder)
 
     def compute(rng: np.random.Generator | None) -> Released:
-        from app.mechanisms.errors import MechanismParamError
-
         t0 = time.perf_counter()
-        try:
-            out = mech.run(costed.parsed, inputs, rng)
-        except (MechanismParamError, ValueError) as exc:
-            raise mechanism_error(exc) from None
+        out = run_mechanism(mech, costed.parsed, inputs, rng)
         released = body(out)
         released["latency_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         released["reused"] = False
