@@ -311,18 +311,23 @@ class AnswerReuse(_Out):
     why: str
 
 
-class ClassificationAnswer(_Open):
-    object: Literal["private.classification"]
+class _Answer(_Open):
+    """What every private answer carries, classification or generation."""
+
     dataset_id: str
     model: str
-    label: str
     mechanism: str
     privacy: AnswerPrivacy
     internals: dict[str, Any] | None = Field(default=None, description="only with return_internals")
-    synthetic_source: dict[str, Any] | None = Field(default=None, description="a public (synthetic) set's origin")
     latency_ms: float
     reused: bool = False
     reuse: AnswerReuse | None = Field(default=None, description="only on a reused answer")
+
+
+class ClassificationAnswer(_Answer):
+    object: Literal["private.classification"]
+    label: str
+    synthetic_source: dict[str, Any] | None = Field(default=None, description="a public (synthetic) set's origin")
     budget: AnswerBudget | None = Field(description="null: not charged (zero_shot, a public set)")
 
 
@@ -330,19 +335,11 @@ class GenerationUsage(_Open):
     completion_tokens: int
 
 
-class GenerationAnswer(_Open):
+class GenerationAnswer(_Answer):
     object: Literal["private.generation"]
-    dataset_id: str
-    model: str
     text: str
-    mechanism: str
     finish_reason: str | None
     usage: GenerationUsage
-    privacy: AnswerPrivacy
-    internals: dict[str, Any] | None = Field(default=None, description="only with return_internals")
-    latency_ms: float
-    reused: bool = False
-    reuse: AnswerReuse | None = Field(default=None, description="only on a reused answer")
     budget: AnswerBudget | None = Field(description="null: not charged (zero_shot)")
 
 
