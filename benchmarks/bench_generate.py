@@ -261,7 +261,8 @@ def bench_mozo_audit(args) -> dict:
             th = None
             for j, item in enumerate(items):
                 req = GenerationRequest.build(train, item["input"], epsilon=eps, delta=1e-5, max_tokens=args.tokens,
-                                              template=TEMPLATE, params={"experts": 32, "lambda_mode": mode})
+                                              template=TEMPLATE, params={"experts": args.experts, "group_size": args.group_size,
+                                                                              "lambda_mode": mode})
                 cfg = mozo.configure(req)
                 cost = mozo.privacy(cfg, req)
                 orders, rdp = np.asarray(cost["orders"]), np.asarray(cost["rdp"])
@@ -315,7 +316,8 @@ def bench_mozo_audit(args) -> dict:
             cells.append({"epsilon": eps, "lambda_mode": mode, "theory": th, "rdp_empirical_max": max(emp_rdp),
                           "epsilon_empirical_max": max(emp_eps), "epsilon_empirical_mean": float(np.mean(emp_eps)),
                           "max_token_loss": max(max_tok), "mean_lambda": float(np.mean(lams)) if lams else None})
-    return {"env": env_line(lm), "items": len(items), "tokens": args.tokens, "neighbour": "expert -> zero-shot expert",
+    return {"env": env_line(lm), "items": len(items), "tokens": args.tokens, "experts": args.experts,
+            "group_size": args.group_size, "neighbour": "expert -> zero-shot expert",
             "cells": cells}
 
 
@@ -348,6 +350,8 @@ def main() -> None:
     m.add_argument("--tokens", type=int, default=16)
     m.add_argument("--epsilons", default="2,8")
     m.add_argument("--lambda-modes", default="public,per_expert")
+    m.add_argument("--experts", type=int, default=32)
+    m.add_argument("--group-size", type=int, default=1, help="exemplars per expert (mozo's group_size)")
     m.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     m.add_argument("--model", default="", help="bundled model key (default: the bundled SmolLM2)")
     for p in (k, r, m):

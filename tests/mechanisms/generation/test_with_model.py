@@ -54,6 +54,7 @@ def test_incremental_decoding_matches_reencoding(lm):
     ("clip_softmax", {"prompts": 2}),
     ("poe", {"experts": 2}),
     ("mozo", {"experts": 2}),
+    ("mozo", {"experts": 2, "group_size": 3, "lambda_mode": "per_expert"}),  # few-shot experts (issue 18)
     ("full_context", {"shots": 2}),
 ])
 def test_mechanisms_end_to_end(lm, embedder, mechanism, params):
@@ -69,6 +70,10 @@ def test_mechanisms_end_to_end(lm, embedder, mechanism, params):
         assert d["privacy"]["is_private"] and 0 < d["privacy"]["epsilon"] <= 4.0
     else:
         assert d["privacy"]["epsilon"] is None
+    if mechanism == "mozo":  # disjoint experts of group_size exemplars each
+        units = d["internals"]["experts"]
+        assert [len(u) for u in units] == [params.get("group_size", 1)] * 2
+        assert len({i for u in units for i in u}) == sum(len(u) for u in units)
     if mechanism == "esa":
         i = d["internals"]
         assert len(i["clean_mean"]) == len(i["noisy_mean"]) == 384 and len(i["candidate_distances"]) == 2
