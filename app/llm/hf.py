@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -110,7 +110,14 @@ class HFLanguageModel:
         self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", False))
         self.stats = ForwardStats()
         self._lock = threading.RLock()
-        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts),
+        sched_opts = SchedulerOptions.from_options(opts)
+        if sched_opts.merge_job_tokens is None:
+            # The scheduler's cost rule (BatchScheduler._merges): on a CPU a scoring job of more than 512
+            # prompt tokens is compute-bound and gains nothing from sharing a batch; on a GPU a forward
+            # pass is launch-bound and merging large jobs is where batching pays, so no limit there.
+            sched_opts = replace(sched_opts,
+                                 merge_job_tokens=512 if self.device.type == "cpu" else 0)
+        self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts,
                                         model_stats=self.stats.snapshot, run_steps=self._run_steps)
         # Decode steps of concurrent sessions are merged into one forward pass when that pays (see
         # _step_groups and docs/models.md#decode-batching): a merged step may copy this many row-tokens
