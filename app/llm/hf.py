@@ -682,7 +682,10 @@ def plan_chunks(lengths: Sequence[int], fixed: int, *, rows_per_item: int, max_t
     if not order:
         return []
     ls = [int(lengths[i]) for i in order]
-    fits = lambda m, longest: m == 1 or m * rows_per_item * (fixed + longest) <= max_tokens  # noqa: E731
+
+    def fits(m: int, longest: int) -> bool:
+        return m == 1 or m * rows_per_item * (fixed + longest) <= max_tokens
+
     if chunk_cost <= 0:
         chunks: list[list[int]] = []
         cur: list[int] = []
