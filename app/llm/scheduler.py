@@ -25,7 +25,8 @@ generation that has started (and may have been charged) runs to its end.
 
 Jobs can share a batch when they are the same kind of call, with the same
 continuations (for continuation scoring), and, with ``isolate_tenants`` (the
-default), of the same tenant (app/llm/tenancy.py). Why tenants do not share a
+default), of the same tenant (app/llm/tenancy.py); a scoring job of more than
+``merge_job_tokens`` row tokens runs alone (the cost rule, :meth:`BatchScheduler._merges`). Why tenants do not share a
 batch by default: docs/models.md#batching-and-tenants.
 
 Back-pressure applies to interactive work, i.e. calls made inside a
@@ -79,7 +80,7 @@ class SchedulerOptions:
     max_queue: int = 64  # interactive jobs queued per model before Overloaded
     isolate_tenants: bool = True
     # The cost rule for scoring jobs: a job of more row tokens than this is compute-bound and runs in a
-    # batch of its own (see _take). 0: no limit. None: the model's default (hf: 512 on CPU, 0 elsewhere).
+    # batch of its own (see _merges). 0: no limit. None: the model's default (hf: 512 on CPU, 0 elsewhere).
     merge_job_tokens: int | None = None
 
     @classmethod
@@ -262,7 +263,7 @@ class BatchScheduler:
         weights) per job and stage, while a job of 512 prompt tokens already costs ~1.4 s of arithmetic
         that merging does not reduce; the bigger chunks of a merged batch cost more in KV-cache copies
         and padding than the saved passes (three ``rnm`` 8 x 4 answers merged ran 5-8% slower than one
-        after the other; docs/models.md#the-batch-scheduler). So a job over ``merge_job_tokens`` runs
+        after the other; docs/models.md, "The batch scheduler"). So a job over ``merge_job_tokens`` runs
         alone, exactly as it would with no concurrent traffic."""
         limit = self.opts.merge_job_tokens or 0
         return limit <= 0 or job.tokens <= limit
