@@ -1,7 +1,7 @@
 """Serving throughput under concurrency: 1, 4 and 16 concurrent clients against a real `dpicl serve`.
 
     python benchmarks/bench_serving.py [--answers 16] [--clients 1,4,16] [--large-clients 1,16] [--threads 1]
-                                       [--workloads "rnm 2x1,rnm 8x4,clip 4x16"] [--baseline] [--no-merge]
+                                       [--workloads "rnm 2x1,rnm 8x4,clip 4x16"] [--rounds 3] [--baseline] [--no-merge]
     python benchmarks/bench_serving.py --url http://127.0.0.1:8000   # a server already running
     python benchmarks/bench_serving.py --merge-steps [--threads 1]    # in process: merged vs separate decode steps
 
@@ -17,7 +17,10 @@ sessions of n rows and cache length T, one step each, as k separate forward pass
 (HFLanguageModel._merged_step), best of 3 after a warm-up; what the cost rule (merge_step_tokens) rests on.
 Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches per answer and the
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
-same workload on the same server process. ``--baseline`` repeats everything on a second server whose
+same workload on the same server process. The runs alternate (``--rounds``, default 3: sequential,
+concurrent, sequential, concurrent, ...): each round's ratio is over its own sequential run, and the
+summary gives the median and min/max of those paired ratios, so that one burst of load from other
+processes on a shared machine moves one pair and not the verdict. ``--baseline`` repeats everything on a second server whose
 model runs with the batch scheduler off (``options.scheduler.enabled: false``: the per-model lock
 alone, as before issue 19), for the same ratios without batching.
 """
@@ -156,7 +159,42 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             "forward_calls_per_answer": round(d.get("dpicl_model_forward_calls_total", 0.0) / answers, 1)}
 
 
-def bench(url: str, clients: list[int], answers: int, large_clients: list[int], workloads: list[str]) -> dict:
+def _median(xs: list[float]) -> float:
+    v = sorted(xs)
+    m = len(v) // 2
+    return v[m] if len(v) % 2 else (v[m - 1] + v[m]) / 2
+
+
+def _print_row(name: str, r: dict) -> None:
+    print(f"{name:8s} round {r['round']} clients={r['clients']:2d} {r['answers_per_s']:6.2f} ans/s"
+          f"  x{r['ratio_vs_sequential']:.2f}  p50 {r['p50_s']:.2f}s p95 {r['p95_s']:.2f}s"
+          f"  calls/batch {r['calls_per_batch']}  fwd tok/ans {r['forward_tokens_per_answer']}"
+          f"  fwd calls/ans {r['forward_calls_per_answer']}", flush=True)
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per client count: the median and min/max of the paired ratios (each concurrent run over the
+    sequential run of its own round) and the median throughput and latencies over the rounds."""
+    out = []
+    for n in sorted({r["clients"] for r in rows}):
+        mine = [r for r in rows if r["clients"] == n]
+        ratios = [r["ratio_vs_sequential"] for r in mine]
+        out.append({"clients": n, "rounds": len(mine), "ratios": ratios,
+                    "ratio_median": round(_median(ratios), 2), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                    "answers_per_s_median": round(_median([r["answers_per_s"] for r in mine]), 3),
+                    "p50_s_median": round(_median([r["p50_s"] for r in mine]), 3),
+                    "p95_s_median": round(_median([r["p95_s"] for r in mine]), 3),
+                    "forward_calls_per_answer_median": round(_median([r["forward_calls_per_answer"]
+                                                                      for r in mine]), 1)})
+    return out
+
+
+def bench(url: str, clients: list[int], answers: int, large_clients: list[int], workloads: list[str],
+          rounds: int = 3) -> dict:
+    """Every workload in ``rounds`` alternating rounds on the same server: the sequential run
+    (1 client), then each concurrent count, then again. A round's ratio is its concurrent throughput
+    over its own sequential run, so a burst of load from other processes moves one pair, not the
+    verdict: the summary reports the median and min/max of the paired ratios."""
     ds, queries = make_dataset(url)
     gen_ds, gen_queries = make_generation_dataset(url) if any(w.startswith("clip") for w in workloads) else ("", [])
     # warm-up: the first answers pay for lazy initialisation
@@ -166,20 +204,37 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
         p, s = WORKLOADS[name]
         gen = name.startswith("clip")
         ns = large_clients if p * s >= 32 else clients
+        order = ([1] if 1 in ns else []) + [n for n in ns if n != 1]  # sequential first in every round
         if gen:
             asyncio.run(run_clients(url, gen_ds, gen_queries, p, 2, 1, 1, True))  # warm-up
-        rows = [asyncio.run(run_clients(url, gen_ds if gen else ds, gen_queries if gen else queries, p, s, n,
-                                        answers, gen)) for n in ns]
-        seq = next((r for r in rows if r["clients"] == 1), rows[0])
-        for r in rows:
-            r["ratio_vs_sequential"] = round(r["answers_per_s"] / seq["answers_per_s"], 2)
-            r["p95_over_single_p50"] = round(r["p95_s"] / seq["p50_s"], 2)
-        out[name] = rows
-        for r in rows:
-            print(f"{name:8s} clients={r['clients']:2d} {r['answers_per_s']:6.2f} ans/s  x{r['ratio_vs_sequential']:.2f}"
-                  f"  p50 {r['p50_s']:.2f}s p95 {r['p95_s']:.2f}s  calls/batch {r['calls_per_batch']}"
-                  f"  fwd tok/ans {r['forward_tokens_per_answer']}  fwd calls/ans {r['forward_calls_per_answer']}",
-                  flush=True)
+        rows = []
+        for rnd in range(1, rounds + 1):
+            mine = []
+            for n in order:
+                r = asyncio.run(run_clients(url, gen_ds if gen else ds, gen_queries if gen else queries, p, s, n,
+                                            answers, gen))
+                r["round"] = rnd
+                mine.append(r)
+            seq = mine[0]
+            for r in mine:
+                r["ratio_vs_sequential"] = round(r["answers_per_s"] / seq["answers_per_s"], 2)
+                r["p95_over_single_p50"] = round(r["p95_s"] / seq["p50_s"], 2)
+                _print_row(name, r)
+            rows.extend(mine)
+        summary = summarize(rows)
+        for sm in summary:
+            if sm["clients"] != order[0]:
+                print(f"{name:8s} clients={sm['clients']:2d} over {sm['rounds']} rounds: ratio median "
+                      f"x{sm['ratio_median']:.2f} (min {sm['ratio_min']:.2f}, max {sm['ratio_max']:.2f}; "
+                      f"{', '.join(f'{x:.2f}' for x in sm['ratios'])})  {sm['answers_per_s_median']:.2f} ans/s"
+                      f"  p50 {sm['p50_s_median']:.2f}s p95 {sm['p95_s_median']:.2f}s", flush=True)
+            else:
+                print(f"{name:8s} clients={sm['clients']:2d} over {sm['rounds']} rounds: "
+                      f"{sm['answers_per_s_median']:.2f} ans/s median (min "
+                      f"{min(r['answers_per_s'] for r in rows if r['clients'] == sm['clients']):.2f}, max "
+                      f"{max(r['answers_per_s'] for r in rows if r['clients'] == sm['clients']):.2f})"
+                      f"  p50 {sm['p50_s_median']:.2f}s", flush=True)
+        out[name] = {"rounds": rows, "summary": summary}
     return out
 
 
@@ -239,6 +294,9 @@ def main() -> None:
                     help="client counts for the 8x4 workload (compute-bound on a CPU: fewer runs keep it short)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"of {list(WORKLOADS)}")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the started server")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds per workload (sequential, then concurrent, again): the summary is the "
+                         "median and min/max of the paired ratios; 1: one pass, as before")
     ap.add_argument("--baseline", action="store_true", help="also run a server with the scheduler off")
     ap.add_argument("--no-merge", action="store_true",
                     help="also run a server whose decode steps are never merged (merge_step_tokens 0)")
@@ -250,9 +308,12 @@ def main() -> None:
     clients = [int(x) for x in args.clients.split(",")]
     large = [int(x) for x in args.large_clients.split(",")]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    result: dict = {"answers": args.answers, "threads": args.threads}
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
+    result: dict = {"answers": args.answers, "threads": args.threads, "rounds": args.rounds,
+                    "load_average": os.getloadavg()}
     if args.url:
-        result["server"] = bench(args.url, clients, args.answers, large, workloads)
+        result["server"] = bench(args.url, clients, args.answers, large, workloads, args.rounds)
     else:
         runs: list[tuple[str, dict | None, dict | None]] = [("batched", None, None)]
         if args.no_merge:
@@ -264,7 +325,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 proc, url = start_server(tmp, args.threads, sched, lm_opts)
                 try:
-                    result[label] = bench(url, clients, args.answers, large, workloads)
+                    result[label] = bench(url, clients, args.answers, large, workloads, args.rounds)
                 finally:
                     proc.terminate()
                     proc.wait(timeout=30)

@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -102,6 +102,11 @@ class HFLanguageModel:
         if self.shared_prefix_pass not in ("auto", "always", "cached"):
             raise ValueError("options.shared_prefix_pass must be auto, always or cached")
         self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", 8192)))
+        # What a forward pass costs beyond its tokens, in tokens: rows of a batch are split into
+        # chunks of similar length when the padding saved is worth the extra passes (plan_chunks).
+        # CPU: a pass of one token costs ~48 ms, each further token ~3 ms (SmolLM2-135M, 1 thread), so
+        # 16. On a GPU a pass is launch-bound and padding nearly free: 0 keeps the fewest passes.
+        self.pass_cost_tokens: int = max(0, int(opts.get("pass_cost_tokens", 16 if self.device.type == "cpu" else 0)))
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
         # Opt-in: continuations of one token each (single-token labels) scored by one next-token pass
         # per prompt instead of stage 2 over every (prompt, label) pair. The same quantity, but not the
@@ -110,7 +115,14 @@ class HFLanguageModel:
         self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", False))
         self.stats = ForwardStats()
         self._lock = threading.RLock()
-        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts),
+        sched_opts = SchedulerOptions.from_options(opts)
+        if sched_opts.merge_job_tokens is None:
+            # The scheduler's cost rule (BatchScheduler._merges): on a CPU a scoring job of more than 512
+            # prompt tokens is compute-bound and gains nothing from sharing a batch; on a GPU a forward
+            # pass is launch-bound and merging large jobs is where batching pays, so no limit there.
+            sched_opts = replace(sched_opts,
+                                 merge_job_tokens=512 if self.device.type == "cpu" else 0)
+        self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts,
                                         model_stats=self.stats.snapshot, run_steps=self._run_steps)
         # Decode steps of concurrent sessions are merged into one forward pass when that pays (see
         # _step_groups and docs/models.md#decode-batching): a merged step may copy this many row-tokens
@@ -302,19 +314,11 @@ class HFLanguageModel:
         if self.prefix_reuse and kv.n == 1 and len(tokens) >= self.min_prefix_tokens and bool(kv.mask.all()):
             self.prefix_cache.put(kv.to_prefix(tokens), current_tenant())
 
-    def _chunks(self, lengths: Sequence[int], fixed: int, rows_per_item: int = 1) -> list[list[int]]:
-        """Group item indices (sorted by length) so that rows x (fixed + max length) fits max_batch_tokens."""
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        chunks: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:  # ascending, so lengths[i] is the longest in the chunk so far
-            if cur and (len(cur) + 1) * rows_per_item * (fixed + lengths[i]) > self.max_batch_tokens:
-                chunks.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            chunks.append(cur)
-        return chunks
+    def _chunks(self, lengths: Sequence[int], fixed: int, rows_per_item: int = 1, passes: int = 1) -> list[list[int]]:
+        """Group item indices (sorted by length) so that rows x (fixed + max length) fits max_batch_tokens,
+        at the least cost of padding plus passes (:func:`plan_chunks`)."""
+        return plan_chunks(lengths, fixed, rows_per_item=rows_per_item, max_tokens=self.max_batch_tokens,
+                           chunk_cost=passes * self.pass_cost_tokens)
 
     # ------------------------------------------------------------- scoring
 
@@ -384,7 +388,7 @@ class HFLanguageModel:
             prefix = self._shared_prefix(stage1, cap=min(len(s) for s in stage1))
             p = len(prefix) if prefix is not None else 0
             lengths = [len(r) - p + longest_cont for r in prows]
-            for group in self._chunks(lengths, p, rows_per_item=k_count):
+            for group in self._chunks(lengths, p, rows_per_item=k_count, passes=2):
                 kv = KVBatch.from_prefix(prefix, len(group), self.device)
                 s1 = [stage1[b][p:] for b in group]
                 if p == 0 and any(len(x) == 0 for x in s1):
@@ -661,6 +665,55 @@ class HFLanguageModel:
 
     def __repr__(self) -> str:
         return f"HFLanguageModel(name={self.name!r}, device={self.device}, dtype={self.dtype})"
+
+
+def plan_chunks(lengths: Sequence[int], fixed: int, *, rows_per_item: int, max_tokens: int,
+                chunk_cost: int) -> list[list[int]]:
+    """Item indices grouped into forward-pass chunks, each a run of the items sorted by length.
+
+    Every chunk of more than one item keeps ``items x rows_per_item x (fixed + its longest length)``
+    within ``max_tokens``. With ``chunk_cost`` 0 the chunks are filled greedily (fewest passes). With a
+    positive ``chunk_cost`` (what one more chunk costs, in tokens) the split minimises the tokens
+    computed, padding included (items x the chunk's longest length), plus ``chunk_cost`` per chunk:
+    a batch of rows of very different lengths runs as a few passes of similar lengths instead of one
+    pass padded to the longest row (exact dynamic programme over the sorted lengths).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if not order:
+        return []
+    ls = [int(lengths[i]) for i in order]
+
+    def fits(m: int, longest: int) -> bool:
+        return m == 1 or m * rows_per_item * (fixed + longest) <= max_tokens
+
+    if chunk_cost <= 0:
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        for i, n in zip(order, ls):  # ascending, so n is the longest in the chunk so far
+            if cur and not fits(len(cur) + 1, n):
+                chunks.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            chunks.append(cur)
+        return chunks
+    inf = float("inf")
+    best = [0.0] + [inf] * len(ls)  # best[j]: least cost of the first j sorted items
+    cut = [0] * (len(ls) + 1)
+    for j in range(1, len(ls) + 1):
+        longest = ls[j - 1]
+        for i in range(j - 1, -1, -1):  # the last chunk holds sorted items i .. j-1
+            if not fits(j - i, longest):
+                break
+            cost = best[i] + chunk_cost + (j - i) * longest
+            if cost <= best[j]:  # ties: the larger last chunk (fewer passes)
+                best[j], cut[j] = cost, i
+    out: list[list[int]] = []
+    j = len(ls)
+    while j > 0:
+        out.append(order[cut[j]:j])
+        j = cut[j]
+    return out[::-1]
 
 
 def _choose_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> list[int]:

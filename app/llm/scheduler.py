@@ -25,7 +25,8 @@ generation that has started (and may have been charged) runs to its end.
 
 Jobs can share a batch when they are the same kind of call, with the same
 continuations (for continuation scoring), and, with ``isolate_tenants`` (the
-default), of the same tenant (app/llm/tenancy.py). Why tenants do not share a
+default), of the same tenant (app/llm/tenancy.py); a scoring job of more than
+``merge_job_tokens`` row tokens runs alone (the cost rule, :meth:`BatchScheduler._merges`). Why tenants do not share a
 batch by default: docs/models.md#batching-and-tenants.
 
 Back-pressure applies to interactive work, i.e. calls made inside a
@@ -78,6 +79,9 @@ class SchedulerOptions:
     max_wait_ms: float = 0.0  # how long the oldest job may wait for company; 0: never wait
     max_queue: int = 64  # interactive jobs queued per model before Overloaded
     isolate_tenants: bool = True
+    # The cost rule for scoring jobs: a job of more row tokens than this is compute-bound and runs in a
+    # batch of its own (see _merges). 0: no limit. None: the model's default (hf: 512 on CPU, 0 elsewhere).
+    merge_job_tokens: int | None = None
 
     @classmethod
     def from_options(cls, opts: dict[str, Any]) -> SchedulerOptions:
@@ -88,6 +92,10 @@ class SchedulerOptions:
         out = cls(**o)
         if out.max_batch_tokens < 1 or out.max_queue < 1 or out.max_wait_ms < 0:
             raise ValueError("options.scheduler: max_batch_tokens and max_queue must be >= 1, max_wait_ms >= 0")
+        if out.merge_job_tokens is not None and (isinstance(out.merge_job_tokens, bool)
+                                                 or not isinstance(out.merge_job_tokens, int)
+                                                 or out.merge_job_tokens < 0):
+            raise ValueError("options.scheduler: merge_job_tokens must be an integer >= 0")
         return out
 
 
@@ -249,8 +257,20 @@ class BatchScheduler:
     def _batch_key(self, job: _Job) -> Hashable:
         return (job.key, job.tenant) if self.opts.isolate_tenants else job.key
 
+    def _merges(self, job: _Job) -> bool:
+        """The cost rule: whether a scoring job may share a batch with others. On a CPU a forward pass
+        is compute-bound: merging saves a pass's fixed cost (~50 ms for SmolLM2-135M, mostly reading the
+        weights) per job and stage, while a job of 512 prompt tokens already costs ~1.4 s of arithmetic
+        that merging does not reduce; the bigger chunks of a merged batch cost more in KV-cache copies
+        and padding than the saved passes (three ``rnm`` 8 x 4 answers merged ran 5-8% slower than one
+        after the other; docs/models.md, "The batch scheduler"). So a job over ``merge_job_tokens`` runs
+        alone, exactly as it would with no concurrent traffic."""
+        limit = self.opts.merge_job_tokens or 0
+        return limit <= 0 or job.tokens <= limit
+
     def _take(self) -> list[_Job] | None:
-        """Under _cond: the oldest job and every queued job that may share its batch, within the token budget."""
+        """Under _cond: the oldest job and every queued job that may share its batch, within the token
+        budget and the cost rule (:meth:`_merges`); a job left out keeps its place in the queue."""
         while not self._queue:
             if self._closed:
                 return None
@@ -262,16 +282,17 @@ class BatchScheduler:
                 self._cond.wait(max(0.0, until - time.monotonic()))
         first = self._queue[0]
         key = self._batch_key(first)
-        batch: list[_Job] = []
-        tokens = 0
+        batch: list[_Job] = [first]
+        tokens = first.tokens
         steps = first.key == ("step",)  # the step runner groups steps by its own cost rule
-        for job in list(self._queue):
-            if self._batch_key(job) != key:
-                continue
-            if batch and not steps and tokens + job.tokens > self.opts.max_batch_tokens:
-                break
-            batch.append(job)
-            tokens += job.tokens
+        if steps or self._merges(first):
+            for job in list(self._queue)[1:]:
+                if self._batch_key(job) != key or not (steps or self._merges(job)):
+                    continue
+                if not steps and tokens + job.tokens > self.opts.max_batch_tokens:
+                    break
+                batch.append(job)
+                tokens += job.tokens
         for job in batch:
             self._queue.remove(job)
             job.state = "running"

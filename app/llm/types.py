@@ -40,9 +40,12 @@ class ModelSpec:
       ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
       source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool),
       ``scheduler`` (dict: ``enabled``, ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``,
-      ``isolate_tenants``; app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int, default
-      3072: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never merge;
-      docs/models.md#decode-batching).
+      ``isolate_tenants``, ``merge_job_tokens`` (default 512 on CPU, 0 = no limit on GPU: a scoring job
+      of more row tokens runs alone); app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int,
+      default 3072: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never
+      merge; docs/models.md#decode-batching), ``pass_cost_tokens`` (int, default 16 on CPU, 0 on GPU:
+      the cost of one more forward pass in tokens, against which a batch's padding is weighed when it is
+      split into chunks; 0: fewest chunks).
     """
 
     name: str

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from app.llm import CapabilityError
+from app.llm.hf import plan_chunks
 
 from .conftest import prefix_reuse, reference_next_logprobs
 
@@ -81,6 +82,45 @@ def test_small_batch_budget_chunks_give_same_numbers(lm, mixed_prompts):
     finally:
         lm.max_batch_tokens = old
     np.testing.assert_allclose(chunked, full, rtol=0, atol=ATOL)
+
+
+def test_plan_chunks_weighs_padding_against_passes():
+    # 3 short rows and 2 long ones: one pass pads the short rows to 50 tokens (5 x 50 = 250 tokens
+    # + 16); two passes compute 3 x 10 + 2 x 50 = 130 tokens + 2 x 16
+    lengths = [50, 10, 10, 50, 10]
+    assert plan_chunks(lengths, 0, rows_per_item=1, max_tokens=8192, chunk_cost=16) == [[1, 2, 4], [0, 3]]
+    assert plan_chunks(lengths, 0, rows_per_item=1, max_tokens=8192, chunk_cost=0) == [[1, 2, 4, 0, 3]]
+    assert plan_chunks(lengths, 0, rows_per_item=1, max_tokens=8192, chunk_cost=200) == [[1, 2, 4, 0, 3]]
+    # lengths close together: padding never pays for a pass
+    assert plan_chunks([30, 31, 29, 32], 20, rows_per_item=5, max_tokens=8192, chunk_cost=16) == [[2, 0, 1, 3]]
+    # the token budget still holds (rows_per_item x items x (fixed + longest)); a lone item may exceed it
+    many = plan_chunks([10] * 25, 0, rows_per_item=1, max_tokens=100, chunk_cost=16)
+    assert sorted(i for c in many for i in c) == list(range(25)) and max(len(c) for c in many) <= 10
+    assert plan_chunks([500, 5], 0, rows_per_item=1, max_tokens=100, chunk_cost=16) == [[1], [0]]
+    assert plan_chunks([], 0, rows_per_item=1, max_tokens=100, chunk_cost=16) == []
+
+
+def test_padding_aware_chunks_give_same_numbers_with_less_padding(lm, mixed_prompts):
+    """Rows of very different lengths (1 to ~60 tokens) split into passes of similar lengths: fewer
+    tokens computed, the same numbers as one prompt at a time (next-token and continuation scores)."""
+    labels = [" World", " Sports and more", " Business"]
+    old = lm.pass_cost_tokens
+    try:
+        with prefix_reuse(lm, False):
+            singles = np.stack([lm.next_token_logprobs([p])[0] for p in mixed_prompts])
+            cont_singles = np.stack([lm.continuation_logprobs([p], labels)[0] for p in mixed_prompts])
+            seen = {}
+            for cost in (0, 16):
+                lm.pass_cost_tokens = cost
+                lm.stats.reset()
+                got = lm.next_token_logprobs(mixed_prompts)
+                cont = lm.continuation_logprobs(mixed_prompts, labels)
+                seen[cost] = (lm.stats.forward_calls, lm.stats.padded_tokens)
+                np.testing.assert_allclose(got, singles, rtol=0, atol=ATOL, err_msg=f"pass cost {cost}")
+                np.testing.assert_allclose(cont, cont_singles, rtol=0, atol=2e-4, err_msg=f"pass cost {cost}")
+    finally:
+        lm.pass_cost_tokens = old
+    assert seen[16][0] > seen[0][0] and seen[16][1] < seen[0][1], seen
 
 
 def test_concurrent_callers_get_their_own_answers(lm, mixed_prompts):

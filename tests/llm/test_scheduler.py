@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.llm.scheduler import BatchScheduler, DeadlineExceeded, Overloaded
+from app.llm.scheduler import BatchScheduler, DeadlineExceeded, Overloaded, SchedulerOptions
 from app.llm.tenancy import current_tenant, deadline_scope, tenant_scope
 
 from .conftest import prefix_reuse
@@ -257,3 +257,71 @@ def test_concurrent_embed_calls_coalesce_and_equal_single_calls(embedder):
     for i in range(len(texts)):
         assert got[i].shape == (1, embedder.dim)
         np.testing.assert_allclose(got[i][0], singles[i], atol=1e-5, err_msg=texts[i])  # as test_embed.py
+
+
+def _fake_scheduler(opts):
+    """A scheduler whose 'model' returns each row's first token and records the jobs' rows per batch;
+    its first batch blocks until ``gate`` is set, so the jobs behind it queue."""
+    gate = threading.Event()
+    seen: list[list[int]] = []
+
+    def run(key, rows):
+        seen.append([r[0] for r in rows])
+        gate.wait(30)
+        return np.array([[r[0]] for r in rows], dtype=np.float32)
+
+    return BatchScheduler("fake", run, opts), gate, seen
+
+
+def test_cost_rule_runs_compute_bound_jobs_alone():
+    """merge_job_tokens: a scoring job of more row tokens than the limit never shares a batch; small jobs
+    behind it still merge (FIFO otherwise), and every job gets back its own rows."""
+    sched, gate, seen = _fake_scheduler(SchedulerOptions(merge_job_tokens=100))
+    # job i: rows of 50 tokens (small) or 2 x 120 (big: over the limit); the first token names the job
+    jobs = {0: [[0] * 50], 1: [[1] * 50], 2: [[2] * 120, [2] * 120], 3: [[3] * 50], 4: [[4] * 120, [4] * 120],
+            5: [[5] * 50]}
+    got: dict = {}
+
+    def call(i):
+        got[i] = sched.submit(("next",), jobs[i])
+
+    threads = [threading.Thread(target=call, args=(0,))]
+    threads[0].start()
+    _wait_for(lambda: sched.running == 1 and seen == [[0]])  # job 0 taken, blocked on the gate
+    for i in range(1, 6):  # queued in order
+        threads.append(threading.Thread(target=call, args=(i,)))
+        threads[-1].start()
+        _wait_for(lambda i=i: sched.depth == i)
+    gate.set()
+    for t in threads:
+        t.join(30)
+    # the small jobs 1, 3, 5 share one batch; the big ones run alone, in their queue order
+    assert seen == [[0], [1, 3, 5], [2, 2], [4, 4]]
+    for i, rows in jobs.items():
+        np.testing.assert_array_equal(got[i], [[r[0]] for r in rows])
+    sched.close()
+
+
+def test_cost_rule_off_merges_every_job_within_the_token_budget():
+    sched, gate, seen = _fake_scheduler(SchedulerOptions(merge_job_tokens=0))
+    threads = [threading.Thread(target=sched.submit, args=(("next",), [[0] * 50]))]
+    threads[0].start()
+    _wait_for(lambda: sched.running == 1 and seen == [[0]])
+    for i, n in enumerate((50, 240, 50), start=1):
+        threads.append(threading.Thread(target=sched.submit, args=(("next",), [[i] * (n // 2)] * 2)))
+        threads[-1].start()
+        _wait_for(lambda i=i: sched.depth == i)
+    gate.set()
+    for t in threads:
+        t.join(30)
+    assert seen == [[0], [1, 1, 2, 2, 3, 3]]
+    sched.close()
+
+
+def test_merge_job_tokens_defaults_to_512_on_cpu_and_is_validated(lm):
+    assert lm.device.type == "cpu" and lm.scheduler.opts.merge_job_tokens == 512
+    assert SchedulerOptions.from_options({}).merge_job_tokens is None  # the model decides
+    assert SchedulerOptions.from_options({"scheduler": {"merge_job_tokens": 0}}).merge_job_tokens == 0
+    for bad in (-1, 1.5, True, "512"):
+        with pytest.raises(ValueError, match="merge_job_tokens"):
+            SchedulerOptions.from_options({"scheduler": {"merge_job_tokens": bad}})

@@ -1,0 +1,49 @@
+"""benchmarks/bench_serving.py alternates sequential and concurrent rounds and reports paired ratios
+(no server: the HTTP client runs are faked)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench_mod():
+    spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "benchmarks" / "bench_serving.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rounds_alternate_and_ratios_pair_each_round(bench_mod, monkeypatch):
+    calls: list[tuple[int, int, int]] = []  # (partitions, shots, clients) of every measured run
+    # answers/s per run in call order: sequential 2.0, concurrent 3.0; a noise burst halves round 2's
+    # sequential run, then a burst slows round 3's concurrent run
+    speeds = iter([1.0, 2.0, 3.0, 1.0, 2.5, 2.0, 2.0])  # first: the warm-up
+
+    async def fake_run(url, ds, queries, p, s, n, answers, gen=False):
+        calls.append((p, s, n))
+        a = next(speeds)
+        return {"clients": n, "answers": answers, "wall_s": answers / a, "answers_per_s": a, "p50_s": 1.0 / a,
+                "p95_s": 1.5 / a, "calls_per_batch": 1.0, "forward_tokens_per_answer": 80.0,
+                "forward_calls_per_answer": 2.0}
+
+    monkeypatch.setattr(bench_mod, "run_clients", fake_run)
+    monkeypatch.setattr(bench_mod, "make_dataset", lambda url: ("ds", ["q"]))
+    out = bench_mod.bench("http://x", [1, 16], 16, [1, 16], ["rnm 2x1"], rounds=3)
+    assert calls == [(2, 1, 1)] + [(2, 1, 1), (2, 1, 16)] * 3  # warm-up, then S, C, S, C, S, C
+    rows = out["rnm 2x1"]["rounds"]
+    assert [(r["round"], r["clients"]) for r in rows] == [(1, 1), (1, 16), (2, 1), (2, 16), (3, 1), (3, 16)]
+    assert [r["ratio_vs_sequential"] for r in rows if r["clients"] == 16] == [1.5, 2.5, 1.0]
+    conc = next(s for s in out["rnm 2x1"]["summary"] if s["clients"] == 16)
+    assert (conc["ratio_median"], conc["ratio_min"], conc["ratio_max"]) == (1.5, 1.0, 2.5)
+    assert conc["answers_per_s_median"] == 2.5
+
+
+def test_median(bench_mod):
+    assert bench_mod._median([3.0, 1.0, 2.0]) == 2.0
+    assert bench_mod._median([4.0, 1.0, 2.0, 3.0]) == 2.5
