@@ -245,7 +245,7 @@ def configure(req: GenerationRequest) -> ClipSoftmaxConfig:
     p = Params(req.params, PARAMS)
     top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
     s, k = resolve_units(len(req.exemplars), p.count("prompts", None), p.count("shots_per_prompt", None),
-                         DEFAULT_PROMPTS, DEFAULT_SHOTS, "prompts", "shots_per_prompt")
+                         DEFAULT_PROMPTS, DEFAULT_SHOTS, "prompts", "shots_per_prompt", adjacency=req.adjacency)
     solve_for = p.choice("solve_for", "temperature", ("temperature", "clip"))
     if solve_for == "clip":
         # Temperature given, clip calibrated (ICLInf E.2's clip variant of Algorithm 3).

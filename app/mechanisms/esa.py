@@ -174,7 +174,7 @@ def configure(req: GenerationRequest) -> ESAConfig:
     p = Params(req.params, PARAMS)
     n = len(req.exemplars)
     t, k = resolve_units(n, p.count("partitions", None), p.count("shots_per_partition", None),
-                         DEFAULT_PARTITIONS, DEFAULT_SHOTS)
+                         DEFAULT_PARTITIONS, DEFAULT_SHOTS, adjacency=req.adjacency)
     cands = p.count("candidates", DEFAULT_CANDIDATES, maximum=200)
     clip_norm = p.positive("clip_norm", 1.0)
     method = p.choice("noise_calibration", "analytic", ("analytic", "classical", "rdp"))

@@ -314,13 +314,37 @@ def partition(n: int, units: int, per_unit: int, rng: np.random.Generator) -> li
 
 
 def resolve_units(n: int, units: int | None, per_unit: int | None, default_units: int, default_per_unit: int,
-                  units_param: str = "partitions", per_unit_param: str = "shots_per_partition") -> tuple[int, int]:
-    """Fill in unit count / size from n (errors name the HTTP field)."""
+                  units_param: str = "partitions", per_unit_param: str = "shots_per_partition", *,
+                  adjacency: Adjacency | str) -> tuple[int, int]:
+    """Fill in unit count / size (errors name the HTTP field).
+
+    Replace-one: n is the same for both neighbours, so the defaults may follow it (count
+    ``min(default_units, n)``, size ``min(default_per_unit, n // count)``, at least 1).
+
+    Add/remove: n is private and differs between neighbours. A size taken from n would differ
+    too (ESA's 8 x 4 defaults: n = 15 gives 8 x 1, n = 16 gives 8 x 2), and then every unit
+    changes, where the analyses (``app.mechanisms.sensitivity``) let one exemplar change one unit.
+    So the size default is the constant ``default_per_unit``, refused when the units do not fit
+    (the caller must set ``per_unit_param``). The count default still follows n, but a count
+    change then only happens at size 1 with every exemplar a unit (with a size >= 2 the count is
+    either ``default_units`` or refused), the added-member case every caller's analysis covers.
+    """
     if n < 1:
         raise MechanismParamError("the dataset has no exemplars", param="dataset_id")
     u = units if units is not None else min(default_units, n)
     if u > n:
         raise MechanismParamError(f"{u} units need at least {u} exemplars, the dataset has {n}", param=f"params.{units_param}")
+    if per_unit is None and parse_adjacency(adjacency) == Adjacency.ADD_REMOVE:
+        k = default_per_unit
+        if u * k > n:
+            raise MechanismParamError(
+                f"under add-remove adjacency the default {per_unit_param} = {k} is not fitted to the private "
+                f"exemplar count ({u} x {k} = {u * k} exemplars needed, the dataset has {n}): a size that follows "
+                f"n differs between neighbouring datasets and changes every unit; set params.{per_unit_param} "
+                f"explicitly",
+                param=f"params.{per_unit_param}",
+            )
+        return u, k
     k = per_unit if per_unit is not None else max(1, min(default_per_unit, n // u))
     if u * k > n:
         raise MechanismParamError(

@@ -260,7 +260,7 @@ def configure(req: GenerationRequest) -> KSAConfig:
     p = Params(req.params, PARAMS)
     n = len(req.exemplars)
     t, k = resolve_units(n, p.count("partitions", None), p.count("shots_per_partition", None),
-                         DEFAULT_PARTITIONS, DEFAULT_SHOTS)
+                         DEFAULT_PARTITIONS, DEFAULT_SHOTS, adjacency=req.adjacency)
     kmax = p.count("max_keywords", DEFAULT_MAX_KEYWORDS, maximum=200)
     f_delta = p.fraction("ptr_delta_fraction", DEFAULT_PTR_DELTA_FRACTION)
     # Always the swap-unit bound: the unit count comes from n (a default capped by n), so

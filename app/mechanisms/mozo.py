@@ -385,7 +385,7 @@ def configure(req: GenerationRequest) -> MozoConfig:
     if _subsample_param(p):
         return _configure_subsampled(req, p, eps, top_k)
     e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
-                         DEFAULT_EXPERTS, 1, "experts", "group_size")
+                         DEFAULT_EXPERTS, 1, "experts", "group_size", adjacency=req.adjacency)
     weight_experts = p.count("experts", DEFAULT_EXPERTS)
     tau = p.positive("temperature", DEFAULT_TEMPERATURE)
     mu = p.nonnegative("uniform_mix", DEFAULT_UNIFORM_MIX)

@@ -167,7 +167,7 @@ def configure(req: GenerationRequest) -> PoEDecodeConfig:
     p = Params(req.params, PARAMS)
     top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
     e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
-                         DEFAULT_EXPERTS, 1, "experts", "group_size")
+                         DEFAULT_EXPERTS, 1, "experts", "group_size", adjacency=req.adjacency)
     c = p.positive("clip", DEFAULT_CLIP)
     # Always the swap-unit bound: the unit count comes from n (a default capped by n), so
     # whether an added exemplar adds a unit depends on the private n; the swap bound covers

@@ -9,12 +9,12 @@ import pytest
 MARK = "ZQX-GEN-5521"  # planted in every exemplar; must never appear in any response
 
 
-def _dataset(url: str, *, task: str = "generation", epsilon: float = 20.0) -> str:
+def _dataset(url: str, *, task: str = "generation", epsilon: float = 20.0, adjacency: str | None = None) -> str:
     body = {
         "name": "gen",
         "task": task,
         "template": {"instruction": "Summarize.", "input_prefix": "Text:", "output_prefix": "Summary:"},
-        "budget": {"epsilon": epsilon, "delta": 1e-5},
+        "budget": {"epsilon": epsilon, "delta": 1e-5, **({"adjacency": adjacency} if adjacency else {})},
         "exemplars": [{"input": f"{MARK} Ann meets Bo on day {i}.", "output": f"{MARK} Ann and Bo meet ({i})."}
                       for i in range(6)],
     }
@@ -100,6 +100,22 @@ def test_bad_requests_are_refused_naming_the_field(live_server, body, status, pa
     r = _post(live_server, **req)
     assert r.status_code == status, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_add_remove_refuses_a_unit_size_that_would_follow_n(live_server):
+    """Under add-remove n is private: ESA's default 4 shots per partition does not fit 6 exemplars and is
+    refused (the old default, 6 // 6 = 1, would follow n and change every unit for n = 16 vs 15);
+    set explicitly it is served as under replace-one."""
+    ds = _dataset(live_server, adjacency="add-remove")
+    req = {"dataset_id": ds, "query": "Cy meets Di.", "epsilon": 1.0, "mechanism": "esa", "max_tokens": 1}
+    r = _post(live_server, **req)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["param"] == "params.shots_per_partition" and "add-remove" in err["message"]
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 0
+    r = _post(live_server, **req, params={"partitions": 3, "shots_per_partition": 2, "candidates": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["privacy"]["adjacency"] == "add-remove"
 
 
 def test_classification_dataset_is_refused(live_server):
