@@ -404,6 +404,20 @@ def test_lambda_mode_param_and_cost_unchanged():
     assert e.value.param == "params.lambda_mode"
 
 
+def test_few_shot_experts_same_charge():
+    """group_size > 1 (few-shot experts, issue 18 fourth pass): one exemplar still touches one expert, and the
+    per-expert bound does not depend on what is in an expert's prompt, so the charge is the one-shot charge."""
+    mech = get_generation_mechanism("mozo")
+    one = mech.cost(_req({"experts": 2, "lambda_mode": "per_expert"}))
+    for e, g in ((2, 2), (3, 2), (1, 6)):
+        few = mech.cost(_req({"experts": e, "group_size": g, "lambda_mode": "per_expert"}))
+        assert few["epsilon"] == one["epsilon"] and few["rdp"] == one["rdp"]
+        cfg = mozo.configure(_req({"experts": e, "group_size": g}))
+        assert (cfg.experts, cfg.group_size) == (e, g)
+    with pytest.raises(MechanismParamError) as err:  # more exemplars than the dataset holds
+        mech.cost(_req({"experts": 21, "group_size": 2}))  # 42 > 40
+    assert err.value.param == "params.group_size"
+
 # ---------------------------------------------------------------------------
 # subsample: a fresh uniform E-subset of the n exemplars per step, amplified pure-DP charge
 # (Balle, Barthe & Gaboardi 2018, Table 1, substitution, without replacement:
