@@ -69,5 +69,17 @@ def test_sliding_window_single_long_prompt_and_padded_batch_guard(gemma):
     # float32 over 600 tokens: observed 1.7e-4 at log-probabilities near -41 (relative 4e-6); a window
     # bug would move them by whole units
     np.testing.assert_allclose(lp, reference_next_logprobs(gemma, gemma.tokenize(long_prompt)), atol=1e-3)
-    with pytest.raises(CapabilityError, match="sliding-window"):
-        gemma.next_token_logprobs([long_prompt, "Hello there"])
+    # One padded pass over rows of very different lengths (pass_cost_tokens 0: the fewest passes, the GPU
+    # default) would put a long row's window over padding: refused.
+    saved = gemma.pass_cost_tokens
+    try:
+        gemma.pass_cost_tokens = 0
+        with pytest.raises(CapabilityError, match="sliding-window"):
+            gemma.next_token_logprobs([long_prompt, "Hello there"])
+        # The CPU default splits such a batch by length (plan_chunks): no padded long row, same numbers.
+        gemma.pass_cost_tokens = 16
+        both = gemma.next_token_logprobs([long_prompt, "Hello there"])
+        np.testing.assert_allclose(both[0], lp, atol=1e-4)
+        np.testing.assert_allclose(both[1], gemma.next_token_logprobs(["Hello there"])[0], atol=1e-4)
+    finally:
+        gemma.pass_cost_tokens = saved
