@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -159,12 +160,6 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             "forward_calls_per_answer": round(d.get("dpicl_model_forward_calls_total", 0.0) / answers, 1)}
 
 
-def _median(xs: list[float]) -> float:
-    v = sorted(xs)
-    m = len(v) // 2
-    return v[m] if len(v) % 2 else (v[m - 1] + v[m]) / 2
-
-
 def _print_row(name: str, r: dict) -> None:
     print(f"{name:8s} round {r['round']} clients={r['clients']:2d} {r['answers_per_s']:6.2f} ans/s"
           f"  x{r['ratio_vs_sequential']:.2f}  p50 {r['p50_s']:.2f}s p95 {r['p95_s']:.2f}s"
@@ -180,11 +175,13 @@ def summarize(rows: list[dict]) -> list[dict]:
         mine = [r for r in rows if r["clients"] == n]
         ratios = [r["ratio_vs_sequential"] for r in mine]
         out.append({"clients": n, "rounds": len(mine), "ratios": ratios,
-                    "ratio_median": round(_median(ratios), 2), "ratio_min": min(ratios), "ratio_max": max(ratios),
-                    "answers_per_s_median": round(_median([r["answers_per_s"] for r in mine]), 3),
-                    "p50_s_median": round(_median([r["p50_s"] for r in mine]), 3),
-                    "p95_s_median": round(_median([r["p95_s"] for r in mine]), 3),
-                    "forward_calls_per_answer_median": round(_median([r["forward_calls_per_answer"]
+                    "ratio_median": round(statistics.median(ratios), 2), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                    "answers_per_s_median": round(statistics.median([r["answers_per_s"] for r in mine]), 3),
+                    "answers_per_s_min": min(r["answers_per_s"] for r in mine),
+                    "answers_per_s_max": max(r["answers_per_s"] for r in mine),
+                    "p50_s_median": round(statistics.median([r["p50_s"] for r in mine]), 3),
+                    "p95_s_median": round(statistics.median([r["p95_s"] for r in mine]), 3),
+                    "forward_calls_per_answer_median": round(statistics.median([r["forward_calls_per_answer"]
                                                                       for r in mine]), 1)})
     return out
 
@@ -230,9 +227,8 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
                       f"  p50 {sm['p50_s_median']:.2f}s p95 {sm['p95_s_median']:.2f}s", flush=True)
             else:
                 print(f"{name:8s} clients={sm['clients']:2d} over {sm['rounds']} rounds: "
-                      f"{sm['answers_per_s_median']:.2f} ans/s median (min "
-                      f"{min(r['answers_per_s'] for r in rows if r['clients'] == sm['clients']):.2f}, max "
-                      f"{max(r['answers_per_s'] for r in rows if r['clients'] == sm['clients']):.2f})"
+                      f"{sm['answers_per_s_median']:.2f} ans/s median (min {sm['answers_per_s_min']:.2f}, max "
+                      f"{sm['answers_per_s_max']:.2f})"
                       f"  p50 {sm['p50_s_median']:.2f}s", flush=True)
         out[name] = {"rounds": rows, "summary": summary}
     return out

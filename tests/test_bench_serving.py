@@ -44,6 +44,11 @@ def test_rounds_alternate_and_ratios_pair_each_round(bench_mod, monkeypatch):
     assert conc["answers_per_s_median"] == 2.5
 
 
-def test_median(bench_mod):
-    assert bench_mod._median([3.0, 1.0, 2.0]) == 2.0
-    assert bench_mod._median([4.0, 1.0, 2.0, 3.0]) == 2.5
+def test_summary_median_odd_and_even_rounds(bench_mod):
+    def rows(ratios):
+        return [{"clients": 16, "ratio_vs_sequential": x, "answers_per_s": x, "p50_s": 1.0, "p95_s": 1.0,
+                 "forward_calls_per_answer": 2.0} for x in ratios]
+    assert bench_mod.summarize(rows([3.0, 1.0, 2.0]))[0]["ratio_median"] == 2.0
+    even = bench_mod.summarize(rows([4.0, 1.0, 2.0, 3.0]))[0]
+    assert even["ratio_median"] == 2.5
+    assert (even["answers_per_s_min"], even["answers_per_s_max"]) == (1.0, 4.0)
