@@ -334,22 +334,16 @@ def resolve_units(n: int, units: int | None, per_unit: int | None, default_units
     u = units if units is not None else min(default_units, n)
     if u > n:
         raise MechanismParamError(f"{u} units need at least {u} exemplars, the dataset has {n}", param=f"params.{units_param}")
-    if per_unit is None and parse_adjacency(adjacency) == Adjacency.ADD_REMOVE:
-        k = default_per_unit
-        if u * k > n:
-            raise MechanismParamError(
-                f"under add-remove adjacency the default {per_unit_param} = {k} is not fitted to the private "
-                f"exemplar count ({u} x {k} = {u * k} exemplars needed, the dataset has {n}): a size that follows "
-                f"n differs between neighbouring datasets and changes every unit; set params.{per_unit_param} "
-                f"explicitly",
-                param=f"params.{per_unit_param}",
-            )
-        return u, k
-    k = per_unit if per_unit is not None else max(1, min(default_per_unit, n // u))
+    # Under add-remove an unset size is the constant default, never one that follows n (docstring).
+    fixed = per_unit is None and parse_adjacency(adjacency) == Adjacency.ADD_REMOVE
+    k = (per_unit if per_unit is not None else default_per_unit if fixed
+         else max(1, min(default_per_unit, n // u)))
     if u * k > n:
-        raise MechanismParamError(
-            f"{u} x {k} = {u * k} exemplars needed, the dataset has {n}", param=f"params.{per_unit_param}"
-        )
+        why = (f": under add-remove adjacency the default {per_unit_param} = {k} is not fitted to the private "
+               f"exemplar count (a size that follows n differs between neighbouring datasets and changes every "
+               f"unit); set params.{per_unit_param} explicitly") if fixed else ""
+        raise MechanismParamError(f"{u} x {k} = {u * k} exemplars needed, the dataset has {n}{why}",
+                                  param=f"params.{per_unit_param}")
     return u, k
 
 
