@@ -10,6 +10,9 @@
     # ICLInf-style decoding audit of mozo: data-dependent Renyi loss per token vs the charged curve
     python benchmarks/bench_generate.py mozo-audit --items 5 --tokens 16 --epsilons 2,8
 
+    # chunked rouge runs (--start s --items k --out f.json) of one model joined: means, paired differences
+    python benchmarks/bench_generate.py merge a.json b.json
+
 ``kv``: one process, the bundled SmolLM2-135M-Instruct, s one-shot prompts from the
 bundled task. The KV-cached run decodes ``--tokens`` tokens (clip-softmax, temperature
 calibrated for epsilon 8); the re-encoding run then replays the same tokens for
@@ -154,12 +157,31 @@ def bench_kv(args) -> dict:
 
 
 class MemoLM:
-    """Memoises ``generate`` (deterministic given prompts, settings and seed); everything else passes."""
+    """Memoises ``generate`` (deterministic given prompts, settings and seed) and prefills: a decode session
+    over prompts seen before (the same partition at the next epsilon: the per-item seed is shared) is a
+    fork of the stored prefilled session (``DecodeSession.fork``: its own cache copy, the same numbers as
+    a fresh prefill up to the ~1e-6 of a reused prefix). Everything else passes through."""
+
+    KEEP_SESSIONS = 4  # one item's private and public sessions, with room for a second mechanism
 
     def __init__(self, lm):
         self._lm = lm
         self._memo: dict = {}
+        self._sessions: dict = {}
         self.hits = 0
+        self.prefill_hits = 0
+
+    def start_decode(self, prompts, *, reuse_prefix: bool = True):
+        key = (tuple(p if isinstance(p, str) else tuple(p) for p in prompts), reuse_prefix)
+        base = self._sessions.pop(key, None)
+        if base is None:
+            base = self._lm.start_decode(prompts, reuse_prefix=reuse_prefix)
+        else:
+            self.prefill_hits += 1
+        self._sessions[key] = base  # most recent last
+        while len(self._sessions) > self.KEEP_SESSIONS:
+            self._sessions.pop(next(iter(self._sessions))).close()
+        return base.fork()
 
     def __getattr__(self, name):
         return getattr(self._lm, name)
@@ -190,6 +212,7 @@ def bench_rouge(args) -> dict:
     if args.train_size:
         train = train[: args.train_size]  # a smaller private set (the first N training pairs), e.g. for subsample
     items = test[args.start: args.start + args.items] if args.start >= 0 else test[args.start:][: args.items]
+    first = args.start if args.start >= 0 else len(test) + args.start  # index in the test split of items[0]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     mechs = [m for m in args.mechanisms.split(",") if m]
     params = dict(MECH_PARAMS)
@@ -229,7 +252,52 @@ def bench_rouge(args) -> dict:
     return {"env": env_line(lm0), "items": len(items), "tokens": args.tokens, "epsilons": epsilons,
             "train_size": len(train),
             "params": params, "full_context_shots": args.full_context_shots, "table": table,
-            "reference_0": items[0]["output"], "examples_0": examples, "memo_hits": lm.hits}
+            "first_item": first, "scores": scores,
+            "reference_0": items[0]["output"], "examples_0": examples, "memo_hits": lm.hits,
+            "prefill_forks": lm.prefill_hits}
+
+
+# ---------------------------------------------------------------------------
+# merge: chunked rouge runs (--start s --items k) -> one table, paired differences and the issue-18 goal
+# ---------------------------------------------------------------------------
+
+
+def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    return float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
+
+
+def merge_rouge(runs: list[dict]) -> dict:
+    """Join rouge runs of one model over disjoint item ranges (each JSON's ``first_item`` + ``scores``,
+    per-item ROUGE-L in item order). Per key: mean +- standard error over the items the key has; and,
+    where ``zero_shot`` and ``full_context`` ran on the same items, the per-item paired differences
+    against zero-shot and against the goal zero_shot + (full_context - zero_shot) / 2 (issue 18)."""
+    per: dict[str, dict[int, float]] = {}
+    for run in runs:
+        if "scores" not in run:
+            raise SystemExit("a run without per-item scores (written before 'scores' existed): rerun it")
+        for key, vals in run["scores"].items():
+            for i, v in enumerate(vals):
+                item = run["first_item"] + i
+                if item in per.setdefault(key, {}):
+                    raise SystemExit(f"item {item} of {key!r} is in two runs")
+                per[key][item] = float(v)
+    zs, fc = per.get("zero_shot", {}), per.get("full_context", {})
+    table: dict[str, dict] = {}
+    for key, by_item in sorted(per.items()):
+        items = sorted(by_item)
+        m, se = _mean_se(np.array([by_item[i] for i in items]))
+        row: dict = {"items": len(items), "rouge_l": m, "stderr": se}
+        both = [i for i in items if i in zs and i in fc]
+        if key not in ("zero_shot", "full_context") and both:
+            x = np.array([by_item[i] for i in both])
+            z = np.array([zs[i] for i in both])
+            goal = z + (np.array([fc[i] for i in both]) - z) / 2
+            row["paired_items"] = len(both)
+            row["vs_zero_shot"] = dict(zip(("mean", "stderr"), _mean_se(x - z)))
+            row["vs_goal"] = dict(zip(("mean", "stderr"), _mean_se(x - goal)))
+            row["goal"] = float(np.mean(goal))
+        table[key] = row
+    return {"runs": len(runs), "table": table}
 
 
 # ---------------------------------------------------------------------------
@@ -354,7 +422,9 @@ def main() -> None:
     m.add_argument("--group-size", type=int, default=1, help="exemplars per expert (mozo's group_size)")
     m.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     m.add_argument("--model", default="", help="bundled model key (default: the bundled SmolLM2)")
-    for p in (k, r, m):
+    g = sub.add_parser("merge", help="join chunked rouge runs (--out JSONs) of one model into one table")
+    g.add_argument("files", nargs="+", type=Path)
+    for p in (k, r, m, g):
         p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     args = ap.parse_args()
     if getattr(args, "threads", 0):
@@ -362,6 +432,7 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
     res = (bench_kv(args) if args.cmd == "kv" else bench_rouge(args) if args.cmd == "rouge"
+           else merge_rouge([json.loads(f.read_text()) for f in args.files]) if args.cmd == "merge"
            else bench_mozo_audit(args))
     text = json.dumps(res, indent=2)
     print(text)

@@ -113,6 +113,18 @@ class DecodeSession:
         self._logits_t = self._logits_t[live]
         self._rows = [self._rows[j] for j in live]
 
+    def fork(self) -> DecodeSession:
+        """An independent session at this one's point: same live rows, tokens and logits, its own copy of
+        the cache. Stepping either never moves the other. What it saves: the prompts' prefill, when one
+        set of prompts is decoded several ways (a benchmark's epsilon sweep over the same partition)."""
+        if self._kv is None:
+            raise RuntimeError("decode session is closed")
+        child = DecodeSession(self._model, self._kv.select(range(self.size)), self._logits_t.clone(), [],
+                              tenant=self._tenant, shared_steps=self._shared)
+        child._tokens = [list(t) for t in self._tokens]
+        child._rows = list(self._rows)
+        return child
+
     def close(self) -> None:
         self._kv = None
 

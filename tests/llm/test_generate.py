@@ -95,3 +95,27 @@ def test_decode_session_matches_full_forward(lm):
     session.close()
     with pytest.raises(RuntimeError):
         session.step(1)
+
+
+def test_decode_session_fork_is_an_independent_copy(lm):
+    prompts = [_chat(lm, "Name a colour."), "Hello", "The capital of France is"]
+    rows = [lm.tokenize(p) for p in prompts]
+    parent = lm.start_decode(prompts)
+    parent.step([101, 202, 303])
+    parent.keep([2, 0])  # a fork keeps the live rows and their original indices
+    child = parent.fork()
+    assert child.rows == [2, 0] and child.lengths == parent.lengths
+    np.testing.assert_array_equal(child.logits, parent.logits)
+    parent.step([11, 12])
+    child.step([21, 22])  # different tokens: each follows its own, from the same cache
+    assert parent.token_ids(2) == rows[2] + [303, 11] and child.token_ids(2) == rows[2] + [303, 21]
+    for s, toks in ((parent, (11, 12)), (child, (21, 22))):
+        lp = s.logprobs()
+        np.testing.assert_allclose(lp[0], reference_next_logprobs(lm, rows[2] + [303, toks[0]]), atol=1e-4)
+        np.testing.assert_allclose(lp[1], reference_next_logprobs(lm, rows[0] + [101, toks[1]]), atol=1e-4)
+    parent.close()  # the fork owns its cache: it steps on after the parent is gone
+    child.keep([1])
+    child.step(7)
+    np.testing.assert_allclose(child.logprobs()[0], reference_next_logprobs(lm, rows[0] + [101, 22, 7]), atol=1e-4)
+    with pytest.raises(RuntimeError, match="closed"):
+        parent.fork()

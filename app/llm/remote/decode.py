@@ -88,6 +88,19 @@ class RemoteDecodeSession:
         self._lp = self._lp[live]
         self._rows = [self._rows[j] for j in live]
 
+    def fork(self) -> RemoteDecodeSession:
+        """An independent session at this one's point (no request: the server holds no per-session state)."""
+        if not self._open:
+            raise RuntimeError("decode session is closed")
+        child = object.__new__(RemoteDecodeSession)
+        child._model = self._model
+        child._tokens = [list(t) for t in self._tokens]
+        child._rows = list(self._rows)
+        child._salt = self._salt
+        child._open = True
+        child._lp = self._lp.copy()
+        return child
+
     def close(self) -> None:
         self._open = False
 

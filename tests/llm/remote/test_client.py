@@ -208,6 +208,22 @@ def test_next_token_logprobs_and_decode_session(server, toy):
     assert body["temperature"] == 0.0 and body["add_special_tokens"] is False
 
 
+def test_decode_session_fork_steps_independently(server, toy):
+    with toy.start_decode(["abc", "Hello"]) as s:
+        s.step(5)
+        f = s.fork()
+        np.testing.assert_array_equal(f.logits, s.logits)
+        f.step([7, 8])
+        s.step(9)
+        assert f.token_ids(0) == tokenize("abc") + [5, 7] and s.token_ids(0) == tokenize("abc") + [5, 9]
+        np.testing.assert_allclose(f.logits[1], next_logprobs(tokenize("Hello") + [5, 8]), atol=1e-6)
+        np.testing.assert_allclose(s.logits[1], next_logprobs(tokenize("Hello") + [5, 9]), atol=1e-6)
+        f.keep([1])
+        assert f.rows == [1] and s.rows == [0, 1]
+    with pytest.raises(RuntimeError, match="closed"):
+        s.fork()
+
+
 def test_generate_and_chat(server, toy):
     out = toy.generate(["ab", "Hello"], max_new_tokens=3)
     assert [g.finish_reason for g in out] == ["length", "length"] and all(len(g.token_ids) == 3 for g in out)
