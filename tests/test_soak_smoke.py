@@ -5,23 +5,16 @@ data broken in each way the checker must catch."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def soak():
-    spec = importlib.util.spec_from_file_location("bench_soak", ROOT / "benchmarks" / "bench_soak.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_soak"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_soak.py")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,13 +263,9 @@ def test_rouge_l():
 
 
 def test_bundled_task_is_regenerated_byte_for_byte():
-    import importlib.util
+    from tests.scripts import ROOT as root, load_script
 
-    root = Path(__file__).resolve().parents[3]
-    spec = importlib.util.spec_from_file_location("make_generation_task", root / "scripts" / "make_generation_task.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = mod.make()
+    rows = load_script("scripts/make_generation_task.py").make()
     path = root / "app" / "icl" / "data" / "gen_dialogsum.jsonl"
     assert path.read_text(encoding="utf-8") == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     assert sum(r["split"] == "train" for r in rows) == 240 and sum(r["split"] == "test" for r in rows) == 60
