@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -92,12 +93,9 @@ class RemoteDecodeSession:
         """An independent session at this one's point (no request: the server holds no per-session state)."""
         if not self._open:
             raise RuntimeError("decode session is closed")
-        child = object.__new__(RemoteDecodeSession)
-        child._model = self._model
+        child = copy.copy(self)  # same model and salt (the server's prefix cache serves both)
         child._tokens = [list(t) for t in self._tokens]
         child._rows = list(self._rows)
-        child._salt = self._salt
-        child._open = True
         child._lp = self._lp.copy()
         return child
 
