@@ -146,12 +146,21 @@ def decode(
     reencode: bool = False,
     stop_at_eos: bool = True,
     public_prompt: str | None = None,
+    private_steps: int | None = None,
 ) -> DecodeOutcome:
     """Run ``max_tokens`` private steps at most; ``choose(logits)`` returns (token, step internals).
 
     With ``public_prompt``, that prompt is decoded in a session of its own (it receives the
     same released tokens) and ``choose(logits, public_logits)`` is called with the s private
-    rows and the public row."""
+    rows and the public row.
+
+    ``private_steps`` (needs ``public_prompt``): after that many steps the private session is
+    closed and the answer goes on greedily from the public row alone (the zero-shot baseline's
+    decoding, conditioned on the released tokens). Those steps read no exemplar: a function of
+    the query and of tokens already released, 0-DP (post-processing), so a charge for
+    ``private_steps`` compositions covers the whole answer."""
+    if private_steps is not None and public_prompt is None:
+        raise ValueError("private_steps needs a public_prompt to continue from")
     dm = decoding_model(lm)  # raises before any model call when ``lm`` cannot decode step by step
     eos = eos_ids(lm) if stop_at_eos else frozenset()
     t0 = time.perf_counter()
@@ -172,7 +181,14 @@ def decode(
         logits = sess.logits
         pub_logits = None if pub is None else pub.logits
         for i in range(max_tokens):
-            tok, info = choose(logits) if pub_logits is None else choose(logits, pub_logits[0])
+            if private_steps is not None and i >= private_steps:
+                if i == private_steps:
+                    sess.close()  # no exemplar is read from here on
+                assert pub_logits is not None
+                tok = int(np.argmax(np.asarray(pub_logits[0]).reshape(-1)))
+                info: dict[str, Any] = {"token": tok, "public": True}
+            else:
+                tok, info = choose(logits) if pub_logits is None else choose(logits, pub_logits[0])
             steps.append(info)
             if tok in eos:
                 finish = "stop"
@@ -187,7 +203,8 @@ def decode(
             if i == max_tokens - 1:
                 break
             ts = time.perf_counter()
-            logits = sess.step(int(tok))
+            if private_steps is None or i + 1 < private_steps:
+                logits = sess.step(int(tok))
             if pub is not None:
                 pub_logits = pub.step(int(tok))
             timings.append(time.perf_counter() - ts)

@@ -90,6 +90,15 @@ and public parameters only. Under add-remove n changes between neighbours: refus
 of the implementation: n rows are decoded per step (the unsampled ones too), so it is n/E times
 the work of the unsubsampled mechanism.
 
+Private prefix, public continuation (``private_tokens`` K <= ``max_tokens``; issue 18, sixth pass). The
+budget is spread over K steps instead of ``max_tokens`` (eps_tok from K compositions), and steps K+1 ..
+``max_tokens`` are greedy on the zero-shot row alone (the ``zero_shot`` baseline's decoding, conditioned on
+the K released tokens): those read no exemplar, so they are post-processing of the released prefix and cost
+nothing; the charge is the K-step charge. K is public (a request parameter), never chosen from the answer.
+Why: the answers here mostly end well before 32 tokens, yet a 32-step charge thins eps_tok for every token
+(0.233 -> 0.165 at eps 2); the private prefix carries what the exemplars teach (format, length), the model
+finishes the sentence.
+
 Why ``uniform_mix`` (mu): EOS is always a candidate and p_0(EOS) is often ~1e-8 in
 mid-sentence, which would force lam_t ~ 0 (pure zero-shot) at every step. The uniform
 share puts every base probability >= mu / |C_t|. mu = 0 is the plain zero-shot mixing of
@@ -134,7 +143,7 @@ if TYPE_CHECKING:
 
 NAME = "mozo"
 PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k",
-          "lambda_mode", "subsample")
+          "lambda_mode", "subsample", "private_tokens")
 LAMBDA_MODES = ("public", "per_expert")
 DEFAULT_EXPERTS = 32
 # Defaults from a probe on 3 held-out test dialogues (test[-3:], never in the reported eval),
@@ -283,6 +292,7 @@ class MozoConfig:
     public_top_k: int | None = None  # not in to_dict: the cost does not depend on it
     lambda_mode: str = "public"  # "per_expert": lam_i from p_i within the ball (same bound, same cost)
     population: int | None = None  # ``subsample``: n, the (public) exemplar count sampled from each step
+    max_tokens: int | None = None  # the answer's length cap; > tokens: greedy zero-shot steps after ``tokens``
 
     @property
     def subsample(self) -> bool:
@@ -301,6 +311,17 @@ class MozoConfig:
     @property
     def weight(self) -> float:
         return 1.0 / (self.weight_experts * self.temperature)
+
+    @property
+    def continues_publicly(self) -> bool:
+        return self.max_tokens is not None and self.max_tokens > self.tokens
+
+    @property
+    def public_continuation(self) -> str | None:
+        if not self.continues_publicly:
+            return None
+        return (f"steps {self.tokens + 1}..{self.max_tokens}: greedy from the zero-shot row (query + released "
+                "tokens, no exemplar): 0-DP post-processing, not charged")
 
     def to_dict(self) -> dict[str, Any]:
         d = self._base_dict()
@@ -330,6 +351,8 @@ class MozoConfig:
                        "per step and expert: largest lam_i with log-ratio range of p~_i to b <= epsilon_per_token / (2 w)"),
             "epsilon_per_token": self.epsilon_per_token,
             "compositions": self.tokens,
+            "private_tokens": self.tokens,
+            "public_continuation": self.public_continuation,
             "unit_change": self.change.value,
             "bound": "worst case over all one-shot distributions (data-independent)",
         }
@@ -378,6 +401,15 @@ def _subsample_param(p: Params) -> bool:
     raise MechanismParamError(f"must be true or false, got {v!r}", param="params.subsample")
 
 
+def private_tokens_param(p: Params, max_tokens: int) -> int:
+    """``private_tokens`` K (default ``max_tokens``): the steps the budget is spread over; steps after K
+    continue greedily from the zero-shot row alone (0-DP), so the charge is K compositions."""
+    k = p.count("private_tokens", max_tokens)
+    if k > max_tokens:
+        raise MechanismParamError(f"must be at most max_tokens ({max_tokens}), got {k}", param="params.private_tokens")
+    return k
+
+
 def configure(req: GenerationRequest) -> MozoConfig:
     eps = require_private(req, NAME)
     p = Params(req.params, PARAMS)
@@ -395,8 +427,10 @@ def configure(req: GenerationRequest) -> MozoConfig:
     # Swap bound always (as poe): it also covers an added expert, since w does not depend on n.
     change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
     mode = p.choice("lambda_mode", "public", LAMBDA_MODES)
-    et = resolve_epsilon_per_token(p, eps, req.max_tokens, req.delta)
-    return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, req.max_tokens, change, top_k, mode)
+    k = private_tokens_param(p, req.max_tokens)
+    et = resolve_epsilon_per_token(p, eps, k, req.delta)
+    return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, k, change, top_k, mode,
+                      max_tokens=req.max_tokens)
 
 
 def _configure_subsampled(req: GenerationRequest, p: Params, eps: float, top_k: int | None) -> MozoConfig:
@@ -431,18 +465,19 @@ def _configure_subsampled(req: GenerationRequest, p: Params, eps: float, top_k: 
     change = sens.unit_change(req.adjacency, exemplars_per_unit=1, uses_every_exemplar=False)
     mode = p.choice("lambda_mode", "public", LAMBDA_MODES)
     rate = e / n
+    k = private_tokens_param(p, req.max_tokens)
     if p.given("epsilon_per_token"):
         et = p.given_positive("epsilon_per_token")
-        got = subsampled_total_epsilon(et, rate, req.max_tokens, req.delta)
+        got = subsampled_total_epsilon(et, rate, k, req.delta)
         if got > eps * (1 + 1e-9):
             raise MechanismParamError(
-                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {req.max_tokens} subsampled tokens "
+                f"epsilon_per_token {et:g} costs epsilon {got:.4g} over {k} subsampled tokens "
                 f"> the budget {eps:g}",
                 param="params.epsilon_per_token",
             )
     else:
-        et = calibrate_subsampled_per_token(eps, req.delta, req.max_tokens, rate)
-    return MozoConfig(e, e, 1, tau, mu, lam_max, et, req.max_tokens, change, top_k, mode, population=n)
+        et = calibrate_subsampled_per_token(eps, req.delta, k, rate)
+    return MozoConfig(e, e, 1, tau, mu, lam_max, et, k, change, top_k, mode, population=n, max_tokens=req.max_tokens)
 
 
 def subsampled_privacy(cfg: MozoConfig, delta: float, adjacency: str) -> dict[str, Any]:
@@ -533,8 +568,9 @@ def run(
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
     public = build_prompt(lm, req.template, [], req.query)
     out = decode(lm, prompts, chooser(cfg, g, eos_ids(lm)), req.max_tokens, stops=stop_strings(lm),
-                 reencode=reencode, public_prompt=public)
-    lams = [s["lambda"] for s in out.steps]
+                 reencode=reencode, public_prompt=public,
+                 private_steps=cfg.tokens if cfg.continues_publicly else None)
+    lams = [s["lambda"] for s in out.steps if "lambda" in s]
     internals = {
         "public_top_k": cfg.public_top_k,
         "candidate_set": ("vocabulary" if cfg.public_top_k is None
@@ -542,6 +578,8 @@ def run(
         "experts": units,
         "subsample": cfg.subsample,
         "mean_lambda": float(np.mean(lams)) if lams else None,
+        "private_steps": len(lams),
+        "public_steps": len(out.steps) - len(lams),
         "steps": out.steps,
     }
     return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,

@@ -633,3 +633,22 @@ def test_subsample_served_over_http_private_and_chat_endpoints(live_server):
                                        extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
                                                    "dp_params": {"experts": 9, "subsample": True}})
     assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 2
+
+
+def test_private_tokens_charge_is_the_k_token_charge_and_bad_values_name_the_field():
+    """``private_tokens`` K: the budget is spread over K steps (the rest are greedy zero-shot, 0-DP), so the
+    cost at max_tokens 32 equals the cost of a K-token answer, with and without subsampling."""
+    mech = get_generation_mechanism("mozo")
+    for extra in ({}, {"subsample": True, "experts": 8}):
+        k16 = mech.cost(_req({**extra, "private_tokens": 16}))
+        short = mech.cost(_req(extra, max_tokens=16))
+        full = mech.cost(_req(extra))
+        assert k16["epsilon"] == short["epsilon"] and k16["rdp"] == short["rdp"]
+        assert k16["params"]["compositions"] == 16 and full["params"]["compositions"] == 32
+        assert k16["params"]["epsilon_per_token"] > full["params"]["epsilon_per_token"]
+        assert full["params"]["public_continuation"] is None and "0-DP" in k16["params"]["public_continuation"]
+    assert mech.cost(_req({"private_tokens": 32}))["params"]["public_continuation"] is None
+    for bad in (0, 33, "x", 2.5):
+        with pytest.raises(MechanismParamError) as e:
+            mech.cost(_req({"private_tokens": bad}))
+        assert e.value.param == "params.private_tokens"

@@ -78,3 +78,93 @@ def test_mechanisms_end_to_end(lm, embedder, mechanism, params):
         i = d["internals"]
         assert len(i["clean_mean"]) == len(i["noisy_mean"]) == 384 and len(i["candidate_distances"]) == 2
         assert res.text == i["candidates"][i["selected"]]
+
+
+class _SpySession:
+    """Counts the steps a real decode session takes and whether it was closed."""
+
+    def __init__(self, inner, rows: int):
+        self.inner, self.rows, self.steps, self.closed = inner, rows, 0, False
+
+    @property
+    def logits(self):
+        assert not self.closed, "logits read after close"
+        return self.inner.logits
+
+    def step(self, token: int):
+        assert not self.closed, "stepped after close"
+        self.steps += 1
+        return self.inner.step(token)
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+
+class _SpyLM:
+    """The real model, with its decode sessions wrapped in :class:`_SpySession`."""
+
+    def __init__(self, lm):
+        self._lm, self.sessions = lm, []
+
+    def __getattr__(self, name):
+        return getattr(self._lm, name)
+
+    def start_decode(self, prompts, *, reuse_prefix: bool = True):
+        s = _SpySession(self._lm.start_decode(prompts, reuse_prefix=reuse_prefix), len(prompts))
+        self.sessions.append(s)
+        return s
+
+
+def test_private_steps_then_greedy_zero_shot_continuation(lm):
+    """decode(private_steps=K): the chooser runs K times, the private session takes K - 1 steps and is
+    closed before step K + 1, and the rest of the answer is the public row's greedy continuation: the
+    same tokens as a run whose chooser takes the public argmax at every step (KV cache intact)."""
+    prompts = _prompts(lm, 3)
+    public = build_prompt(lm, TEMPLATE, [], QUERY)
+    calls: list[int] = []
+
+    def choose(z, pub):
+        assert z.shape[0] == 3  # the private rows are really there while the chooser runs
+        calls.append(1)
+        return int(np.argmax(pub)), {"lambda": 0.0}
+
+    spy = _SpyLM(lm)
+    k, n = 3, 10
+    out = decode(spy, prompts, choose, n, public_prompt=public, private_steps=k, stop_at_eos=False)
+    priv, pub = spy.sessions
+    assert (priv.rows, pub.rows) == (3, 1)
+    assert len(calls) == k and priv.steps == k - 1 and priv.closed
+    assert pub.steps == n - 1 and len(out.token_ids) == n
+    assert [("public" in s) for s in out.steps] == [False] * k + [True] * (n - k)
+    ref = decode(lm, prompts, choose, n, public_prompt=public, stop_at_eos=False)
+    assert out.token_ids == ref.token_ids
+    with pytest.raises(ValueError):
+        decode(lm, prompts, choose, n, private_steps=k)
+
+
+def test_mozo_private_tokens_charges_k_steps_and_continues_publicly(lm, embedder):
+    """mozo with private_tokens K < max_tokens: charged exactly as a K-token answer, at most K steps read
+    the experts, the released text is the same whatever the exemplars once the first K tokens agree
+    (here: K = 1 at a budget so small that lam ~ 0, so the private step is the public base's draw)."""
+    from app.mechanisms.generation import get_generation_mechanism
+
+    mech = get_generation_mechanism("mozo")
+    base = dict(epsilon=2.0, delta=1e-5, template=TEMPLATE)
+    req = GenerationRequest.build(EXEMPLARS, QUERY, max_tokens=8, params={"experts": 2, "private_tokens": 3}, **base)
+    short = GenerationRequest.build(EXEMPLARS, QUERY, max_tokens=3, params={"experts": 2}, **base)
+    c, s = mech.cost(req), mech.cost(short)
+    assert c["epsilon"] == s["epsilon"] and c["rdp"] == s["rdp"] and c["params"]["compositions"] == 3
+    assert c["params"]["public_continuation"] and s["params"]["public_continuation"] is None
+    res = generate("mozo", req, lm, embedder, np.random.default_rng(4))
+    i = res.to_dict()["internals"]
+    assert i["private_steps"] <= 3 and i["private_steps"] + i["public_steps"] == len(i["steps"])
+    assert res.tokens <= 8 and res.to_dict()["privacy"]["epsilon"] == c["epsilon"]
+    # Two disjoint datasets, one seed: with eps_tok ~ 1e-6 (lam ~ 0) the one private step draws from the
+    # public base alone, so the first token, hence the whole public continuation, is the same.
+    tiny = dict(base, epsilon=1e-6)
+    other = [(f"{MARK} Eve calls Fay on {d}.", f"{MARK} Eve phones Fay on {d}.") for d in ("May", "June")]
+    texts = {generate("mozo", GenerationRequest.build(ex, QUERY, max_tokens=6, params={"experts": 2, "private_tokens": 1},
+                                                      **tiny), lm, embedder, np.random.default_rng(9)).text
+             for ex in (EXEMPLARS[:2], other)}
+    assert len(texts) == 1
