@@ -593,8 +593,8 @@ def test_subsample_given_epsilon_per_token_within_budget_is_kept():
 
 
 def test_subsample_served_over_http_private_and_chat_endpoints(live_server):
-    """``params.subsample`` passes through /v1/private/generate and the chat endpoint's dp_params unchanged;
-    a bad value is a 422 naming the field, refused before any charge."""
+    """``params.subsample`` (and ``private_tokens``) pass through /v1/private/generate and the chat endpoint's
+    dp_params unchanged; a bad value is a 422 naming the field, refused before any charge."""
     httpx = pytest.importorskip("httpx")
     body = {"name": "gen", "task": "generation",
             "template": {"instruction": "Summarize.", "input_prefix": "Text:", "output_prefix": "Summary:"},
@@ -616,9 +616,16 @@ def test_subsample_served_over_http_private_and_chat_endpoints(live_server):
     for params, kw, field in (({"experts": 7, "subsample": True}, {}, "params.subsample"),
                               # (add-remove: the dataset's replace-one ledger refuses it first, naming adjacency)
                               ({"subsample": True}, {"adjacency": "add-remove"}, "adjacency"),
-                              ({"subsample": "maybe"}, {}, "params.subsample")):
+                              ({"subsample": "maybe"}, {}, "params.subsample"),
+                              ({"experts": 2, "private_tokens": 2}, {}, "params.private_tokens")):  # > max_tokens
         r = httpx.post(url, json={**req, "params": params, **kw}, timeout=600)
         assert r.status_code == 422 and r.json()["error"]["param"] == field, r.text
+    # private_tokens: one private step then the zero-shot continuation, charged as a one-token answer
+    r = httpx.post(url, json={**req, "max_tokens": 3, "params": {"experts": 2, "private_tokens": 1}}, timeout=600)
+    assert r.status_code == 200, r.text
+    b = r.json()
+    assert b["privacy"]["params"]["compositions"] == 1 and "0-DP" in b["privacy"]["params"]["public_continuation"]
+    assert b["internals"]["private_steps"] == 1 and b["internals"]["public_steps"] == len(b["internals"]["steps"]) - 1
 
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="unused-in-open-mode", timeout=600)
@@ -632,7 +639,7 @@ def test_subsample_served_over_http_private_and_chat_endpoints(live_server):
         client.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": "x"}],
                                        extra_body={"dataset_id": ds, "mechanism": "mozo", "epsilon": 1.0,
                                                    "dp_params": {"experts": 9, "subsample": True}})
-    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 2
+    assert httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()["charges"] == 3
 
 
 def test_private_tokens_charge_is_the_k_token_charge_and_bad_values_name_the_field():
