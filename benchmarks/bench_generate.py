@@ -266,11 +266,7 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
     return float(np.mean(x)), float(np.std(x, ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
 
 
-def merge_rouge(runs: list[dict]) -> dict:
-    """Join rouge runs of one model over disjoint item ranges (each JSON's ``first_item`` + ``scores``,
-    per-item ROUGE-L in item order). Per key: mean +- standard error over the items the key has; and,
-    where ``zero_shot`` and ``full_context`` ran on the same items, the per-item paired differences
-    against zero-shot and against the goal zero_shot + (full_context - zero_shot) / 2 (issue 18)."""
+def _per_item(runs: list[dict]) -> dict[str, dict[int, float]]:
     per: dict[str, dict[int, float]] = {}
     for run in runs:
         if "scores" not in run:
@@ -281,6 +277,19 @@ def merge_rouge(runs: list[dict]) -> dict:
                 if item in per.setdefault(key, {}):
                     raise SystemExit(f"item {item} of {key!r} is in two runs")
                 per[key][item] = float(v)
+    return per
+
+
+def merge_rouge(runs: list[dict], against: list[dict] | None = None) -> dict:
+    """Join rouge runs of one model over disjoint item ranges (each JSON's ``first_item`` + ``scores``,
+    per-item ROUGE-L in item order). Per key: mean +- standard error over the items the key has; and,
+    where ``zero_shot`` and ``full_context`` ran on the same items, the per-item paired differences
+    against zero-shot and against the goal zero_shot + (full_context - zero_shot) / 2 (issue 18).
+
+    ``against``: runs of another setting (e.g. other mechanism params) on overlapping items; every key
+    both have gets ``vs_against``, the paired difference (this - against) on the common items."""
+    per = _per_item(runs)
+    other = _per_item(against) if against else {}
     zs, fc = per.get("zero_shot", {}), per.get("full_context", {})
     table: dict[str, dict] = {}
     for key, by_item in sorted(per.items()):
@@ -296,6 +305,10 @@ def merge_rouge(runs: list[dict]) -> dict:
             row["vs_zero_shot"] = dict(zip(("mean", "stderr"), _mean_se(x - z)))
             row["vs_goal"] = dict(zip(("mean", "stderr"), _mean_se(x - goal)))
             row["goal"] = float(np.mean(goal))
+        common = [i for i in items if i in other.get(key, {})]
+        if common:
+            diff = np.array([by_item[i] - other[key][i] for i in common])
+            row["vs_against"] = {"items": len(common), **dict(zip(("mean", "stderr"), _mean_se(diff)))}
         table[key] = row
     return {"runs": len(runs), "table": table}
 
@@ -424,6 +437,8 @@ def main() -> None:
     m.add_argument("--model", default="", help="bundled model key (default: the bundled SmolLM2)")
     g = sub.add_parser("merge", help="join chunked rouge runs (--out JSONs) of one model into one table")
     g.add_argument("files", nargs="+", type=Path)
+    g.add_argument("--against", nargs="+", type=Path, default=None,
+                   help="runs of another setting: paired differences (files - these) per shared key and item")
     for p in (k, r, m, g):
         p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     args = ap.parse_args()
@@ -432,7 +447,8 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
     res = (bench_kv(args) if args.cmd == "kv" else bench_rouge(args) if args.cmd == "rouge"
-           else merge_rouge([json.loads(f.read_text()) for f in args.files]) if args.cmd == "merge"
+           else merge_rouge([json.loads(f.read_text()) for f in args.files],
+                            [json.loads(f.read_text()) for f in args.against or []]) if args.cmd == "merge"
            else bench_mozo_audit(args))
     text = json.dumps(res, indent=2)
     print(text)

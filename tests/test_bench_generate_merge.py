@@ -54,3 +54,16 @@ def test_merge_refuses_overlapping_or_unscored_runs(bench_mod):
         bench_mod.merge_rouge([_run(0, zero_shot=[0.1, 0.2]), _run(1, zero_shot=[0.3])])
     with pytest.raises(SystemExit, match="per-item scores"):
         bench_mod.merge_rouge([{"table": {}}])
+
+
+def test_merge_against_pairs_shared_keys_on_common_items(bench_mod):
+    """--against: another setting's runs; paired (this - against) per key on the items both have."""
+    new = [_run(0, zero_shot=[0.2, 0.3, 0.1], mozo_at_2=[0.5, 0.2, 0.4]), _run(3, mozo_at_2=[0.6])]
+    old = [_run(1, zero_shot=[0.3, 0.1, 0.9], mozo_at_2=[0.1, 0.1, 0.2]), _run(5, mozo_at_4=[0.3])]
+    out = bench_mod.merge_rouge(new, old)["table"]
+    d = np.array([0.2 - 0.1, 0.4 - 0.1, 0.6 - 0.2])  # items 1, 2, 3
+    row = out["mozo@2"]["vs_against"]
+    assert row["items"] == 3
+    assert row["mean"] == pytest.approx(d.mean()) and row["stderr"] == pytest.approx(d.std(ddof=1) / np.sqrt(3))
+    assert out["zero_shot"]["vs_against"]["mean"] == pytest.approx(0.0)  # the same baseline on items 1, 2
+    assert "mozo@4" not in out and "vs_against" not in bench_mod.merge_rouge(new)["table"]["mozo@2"]
