@@ -12,6 +12,8 @@
 
     # chunked rouge runs (--start s --items k --out f.json) of one model joined: means, paired differences
     python benchmarks/bench_generate.py merge a.json b.json
+    # ... and paired against another setting's runs on the items both have (vs_against per key)
+    python benchmarks/bench_generate.py merge a.json b.json --against old_a.json old_b.json
 
 ``kv``: one process, the bundled SmolLM2-135M-Instruct, s one-shot prompts from the
 bundled task. The KV-cached run decodes ``--tokens`` tokens (clip-softmax, temperature
