@@ -161,6 +161,7 @@ def decode(
     ``private_steps`` compositions covers the whole answer."""
     if private_steps is not None and public_prompt is None:
         raise ValueError("private_steps needs a public_prompt to continue from")
+    n_private = max_tokens if private_steps is None else private_steps
     dm = decoding_model(lm)  # raises before any model call when ``lm`` cannot decode step by step
     eos = eos_ids(lm) if stop_at_eos else frozenset()
     t0 = time.perf_counter()
@@ -181,14 +182,13 @@ def decode(
         logits = sess.logits
         pub_logits = None if pub is None else pub.logits
         for i in range(max_tokens):
-            if private_steps is not None and i >= private_steps:
-                if i == private_steps:
-                    sess.close()  # no exemplar is read from here on
+            info: dict[str, Any]
+            if i < n_private:
+                tok, info = choose(logits) if pub_logits is None else choose(logits, pub_logits[0])
+            else:
                 assert pub_logits is not None
                 tok = int(np.argmax(np.asarray(pub_logits[0]).reshape(-1)))
-                info: dict[str, Any] = {"token": tok, "public": True}
-            else:
-                tok, info = choose(logits) if pub_logits is None else choose(logits, pub_logits[0])
+                info = {"token": tok, "public": True}
             steps.append(info)
             if tok in eos:
                 finish = "stop"
@@ -203,8 +203,10 @@ def decode(
             if i == max_tokens - 1:
                 break
             ts = time.perf_counter()
-            if private_steps is None or i + 1 < private_steps:
+            if i + 1 < n_private:
                 logits = sess.step(int(tok))
+            elif i + 1 == n_private:
+                sess.close()  # no exemplar is read from here on
             if pub is not None:
                 pub_logits = pub.step(int(tok))
             timings.append(time.perf_counter() - ts)

@@ -570,7 +570,7 @@ def run(
     out = decode(lm, prompts, chooser(cfg, g, eos_ids(lm)), req.max_tokens, stops=stop_strings(lm),
                  reencode=reencode, public_prompt=public,
                  private_steps=cfg.tokens if cfg.continues_publicly else None)
-    lams = [s["lambda"] for s in out.steps if "lambda" in s]
+    lams = [s["lambda"] for s in out.steps if not s.get("public")]  # decode marks the zero-shot steps
     internals = {
         "public_top_k": cfg.public_top_k,
         "candidate_set": ("vocabulary" if cfg.public_top_k is None

@@ -13,6 +13,8 @@ from app.mechanisms.gen_common import GenerationRequest, PromptTemplate, build_p
 from app.mechanisms.gen_decode import decode
 from app.mechanisms.generation import generate
 
+from ..conftest import CountingLM
+
 MARK = "QX7"  # planted in every exemplar: must never come back in a result's privacy or internals
 EXEMPLARS = [(f"{MARK} Ann meets Bo on {d}.", f"{MARK} Ann and Bo meet on {d}.") for d in
              ("Monday", "Tuesday", "Friday", "Sunday", "Monday", "Friday")]
@@ -80,42 +82,6 @@ def test_mechanisms_end_to_end(lm, embedder, mechanism, params):
         assert res.text == i["candidates"][i["selected"]]
 
 
-class _SpySession:
-    """Counts the steps a real decode session takes and whether it was closed."""
-
-    def __init__(self, inner, rows: int):
-        self.inner, self.rows, self.steps, self.closed = inner, rows, 0, False
-
-    @property
-    def logits(self):
-        assert not self.closed, "logits read after close"
-        return self.inner.logits
-
-    def step(self, token: int):
-        assert not self.closed, "stepped after close"
-        self.steps += 1
-        return self.inner.step(token)
-
-    def close(self) -> None:
-        self.closed = True
-        self.inner.close()
-
-
-class _SpyLM:
-    """The real model, with its decode sessions wrapped in :class:`_SpySession`."""
-
-    def __init__(self, lm):
-        self._lm, self.sessions = lm, []
-
-    def __getattr__(self, name):
-        return getattr(self._lm, name)
-
-    def start_decode(self, prompts, *, reuse_prefix: bool = True):
-        s = _SpySession(self._lm.start_decode(prompts, reuse_prefix=reuse_prefix), len(prompts))
-        self.sessions.append(s)
-        return s
-
-
 def test_private_steps_then_greedy_zero_shot_continuation(lm):
     """decode(private_steps=K): the chooser runs K times, the private session takes K - 1 steps and is
     closed before step K + 1, and the rest of the answer is the public row's greedy continuation: the
@@ -129,7 +95,7 @@ def test_private_steps_then_greedy_zero_shot_continuation(lm):
         calls.append(1)
         return int(np.argmax(pub)), {"lambda": 0.0}
 
-    spy = _SpyLM(lm)
+    spy = CountingLM(lm)
     k, n = 3, 10
     out = decode(spy, prompts, choose, n, public_prompt=public, private_steps=k, stop_at_eos=False)
     priv, pub = spy.sessions
