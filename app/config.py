@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     # Limits on private exemplar sets (issue 3).
     max_exemplars: int = Field(default=10_000, ge=1)
     max_exemplar_chars: int = Field(default=4_000, ge=1)
+    # Request bodies (app/api/body_limit.py; docs/security.md, "Input limits"): a body over its limit is a
+    # 413, refused before it is read (Content-Length) or as soon as a chunked body passes it. Uploads
+    # (POST /v1/datasets, POST /v1/audits) get the larger limit; every other route the small one.
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_upload_bytes: int = Field(default=128 << 20, ge=1024)
     # Accept caller-supplied noise seeds (tests and audits only; never in production).
     allow_seeded_noise: bool = False
 

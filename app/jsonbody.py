@@ -6,6 +6,10 @@ boolean or a string there must get a 422. Strict mode would also refuse ``8.0``
 for an integer field, which JSON Schema counts as an integer. ``JSONBody`` keeps
 lax mode and refuses only the cross-type coercions: a boolean where the field
 takes no boolean, a string where it takes no string (top level and list items).
+
+It is also where every string of a body is checked for NUL and lone surrogates
+(``app.badtext``), before any field is validated: a ``BadTextError`` naming the
+dotted field, which the API answers 422 (``app.api.input_guard``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel, model_validator
+
+from app.badtext import check_text
 
 _NONE = type(None)
 
@@ -76,6 +82,9 @@ class JSONBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _json_types(cls, data: Any) -> Any:
+        # The whole raw body, nested dicts (free-form configs) included: the outermost model
+        # validates first, so the error names the full path (exemplars.3.input).
+        check_text(data)
         if isinstance(data, dict):
             for name, f in cls.model_fields.items():
                 key = f.alias or name

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from app import __version__
+from app.api import body_limit, input_guard
 from app.api.errors import install_error_handlers
 from app.api.routes import (
     audits,
@@ -77,6 +78,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     from app.api import metrics
 
     metrics.install(app)  # GET /metrics and the request-latency middleware
+    input_guard.install(app)  # NUL / lone surrogates in paths, queries and bodies: 422 (docs/security.md)
+    body_limit.install(app, settings)  # DPICL_MAX_BODY_BYTES / DPICL_MAX_UPLOAD_BYTES: 413 (docs/security.md)
     for r in ROUTERS:
         app.include_router(r)
     # Start-up/shutdown work of the job runner (appends to app.state.startup_hooks).

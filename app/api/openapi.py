@@ -125,7 +125,11 @@ def _declare_errors(doc: dict[str, Any]) -> None:
             responses.pop("422", None)
             # An operation not listed above: a path with an id can also answer 404.
             default = DEFAULT_STATUSES + (("404",) if "{" in path else ())
-            for code in STATUSES.get((method, path), default):
+            # Any body can be too large (app/api/body_limit.py); any path or query parameter can hold
+            # a NUL (app/api/input_guard.py).
+            extra = (("413",) if "requestBody" in op else ()) + (
+                ("422",) if any(p.get("in") in ("path", "query") for p in op.get("parameters", [])) else ())
+            for code in STATUSES.get((method, path), default) + extra:
                 # A status the route declares itself (``responses=``: the health body on a 503)
                 # keeps its own schema.
                 if code not in responses:

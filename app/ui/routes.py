@@ -24,6 +24,8 @@ from pydantic import ValidationError
 from app import __version__
 from app.api.auth import OPEN_MODE_WARNING, SCOPES, Principal, auth_mode, principal_for_key
 from app.api.errors import APIError, validation_error
+from app.api.input_guard import CODE as BAD_TEXT
+from app.badtext import check_text, text_problem
 from app.ui import session as sess
 from app.ui import views
 
@@ -113,7 +115,13 @@ async def _form(request: Request) -> dict[str, str]:
         return {}
     if ctype != "application/x-www-form-urlencoded":
         raise APIError(415, "forms are posted as application/x-www-form-urlencoded", param="content-type")
-    return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True).items()}
+    form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True).items()}
+    for k, v in form.items():  # NUL / lone surrogates: the same 422 as the API's (app.api.input_guard)
+        why = text_problem(k)
+        if why:
+            raise APIError(422, f"form: a field name {why}", param="form", code=BAD_TEXT)
+        check_text(v, k)
+    return form
 
 
 def _csrf_failed(page: _Page) -> Response:

@@ -1,4 +1,5 @@
-"""Schema fuzzing: schemathesis (pinned in the [test] extra) against a live dpicl on SQLite.
+"""Schema fuzzing: schemathesis (pinned in the [test] extra) against a live dpicl: on SQLite and on
+PostgreSQL with no key (open), and on PostgreSQL with a key that every request carries (keyed).
 
 Every check (enabled one by one in tests/contract/schemathesis.toml, which ``--checks all``
 would override): no 5xx, every status and body as the OpenAPI document declares (error
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LiveServer, free_port, server_settings
+from tests.conftest import SKIP_PG, LiveServer, free_port, make_database_url, server_settings
 
 HERE = Path(__file__).parent
 EXAMPLES = int(os.environ.get("DPICL_FUZZ_EXAMPLES", "100"))
@@ -36,25 +37,44 @@ def _schemathesis() -> list[str]:
     return [exe]
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory, lm, embedder):
+# The server variants: the database, and whether a key exists (keyed: every request carries an
+# admin key, so auth runs on every route; open: no key exists). SQLite alone misses what only
+# PostgreSQL refuses (a NUL in text or jsonb was a 500 there, issue 26).
+VARIANTS = ["sqlite-open"] + ([] if SKIP_PG else ["postgres-open", "postgres-keyed"])
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def fuzz_server(request, tmp_path_factory, pg_databases, lm, embedder):
+    from app.api.auth import create_key
     from app.api.main import create_app
     from app.runtime import Runtime
+    from app.store import migrate
 
-    db = tmp_path_factory.mktemp("fuzz") / "dpicl.db"
-    settings = server_settings(f"sqlite:///{db}", job_runner="none")
+    db, mode = request.param.split("-")
+    url = make_database_url(db, tmp_path_factory, pg_databases)
+    settings = server_settings(url, job_runner="none", auth_mode="required" if mode == "keyed" else "open")
+    headers: list[str] = []
+    if mode == "keyed":
+        migrate.upgrade(url)
+        rt0 = Runtime.create(settings, models={})
+        with rt0.db.session() as s:
+            key, _ = create_key(s, tenant_id="fuzz", name="fuzz", scopes=["admin", "infer", "audit", "internals"])
+            s.commit()
+        rt0.close()
+        headers = ["--header", f"Authorization: Bearer {key}"]
     rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
     srv = LiveServer(create_app(settings, runtime=rt), free_port())
     srv.start()
-    yield srv.url
+    yield srv.url, headers
     srv.stop()
     rt.close()
 
 
 def test_openapi_document_matches_behaviour(fuzz_server, tmp_path):
+    url, headers = fuzz_server
     cmd = _schemathesis() + [
         "--config-file", str(HERE / "schemathesis.toml"),
-        "run", f"{fuzz_server}/openapi.json",
+        "run", f"{url}/openapi.json", *headers,
         "--max-examples", str(EXAMPLES),
         "--seed", str(SEED),
         "--phases", "coverage,fuzzing,stateful",

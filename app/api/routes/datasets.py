@@ -10,10 +10,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.badtext import BadTextError
 from app.jsonbody import JSONBody
 
 from app.api.deps import Offset, RuntimeDep, TenantDep
 from app.api.errors import APIError, dataset_not_found, validation_error
+from app.api.input_guard import CODE as BAD_TEXT
 from app.api.auth import SCOPES, require
 from app.api.schemas import (
     AdjacencyName,
@@ -174,24 +176,34 @@ def _error_from_validation(exc: ValidationError, prefix: str = "") -> APIError:
 
 
 def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
-    """Line 1: the metadata object (the JSON form without ``exemplars``); each later line: one exemplar."""
-    lines = [ln for ln in raw.decode("utf-8", errors="strict").splitlines() if ln.strip()]
-    if not lines:
+    """Line 1: the metadata object (the JSON form without ``exemplars``); each later line: one exemplar.
+    Errors name the line (1-based, blank lines counted) and the field, never the text."""
+    # Lines end at "\n" only: str.splitlines() would also split inside a JSON string at U+2028 or U+0085.
+    numbered = [(n, ln) for n, ln in enumerate(raw.decode("utf-8", errors="strict").split("\n"), start=1)
+                if ln.strip()]
+    if not numbered:
         raise APIError(422, "empty JSONL body: line 1 must hold the dataset metadata", param="body")
+    n0, first = numbered[0]
     try:
-        meta = DatasetMeta.model_validate(json.loads(lines[0]))
-    except json.JSONDecodeError:
-        raise APIError(422, "line 1 is not valid JSON", param="body") from None
+        meta = DatasetMeta.model_validate(json.loads(first))
+    except (json.JSONDecodeError, RecursionError):
+        raise APIError(422, f"line {n0} is not valid JSON", param="body") from None
     except ValidationError as exc:
         raise _error_from_validation(exc) from None
+    except BadTextError as exc:
+        raise APIError(422, f"line {n0}: {exc}", param=exc.param, code=BAD_TEXT) from None
     exemplars = []
-    for i, line in enumerate(lines[1:]):
+    for i, (n, line) in enumerate(numbered[1:]):
         try:
             exemplars.append(ExemplarIn.model_validate(json.loads(line)))
-        except json.JSONDecodeError:
-            raise APIError(422, f"exemplar {i} (line {i + 2}) is not valid JSON", param=f"exemplars.{i}") from None
+        except (json.JSONDecodeError, RecursionError):
+            raise APIError(422, f"exemplar {i} (line {n}) is not valid JSON", param=f"exemplars.{i}") from None
         except ValidationError as exc:
             raise _error_from_validation(exc, prefix=f"exemplars.{i}.") from None
+        except BadTextError as exc:
+            # json.loads turns "\ud800" into a lone surrogate that pydantic's python mode keeps.
+            bad = exc.prefixed(f"exemplars.{i}.")
+            raise APIError(422, f"line {n}: {bad}", param=bad.param, code=BAD_TEXT) from None
     if not exemplars:
         raise APIError(422, "no exemplars after the metadata line", param="exemplars")
     return meta, exemplars
@@ -209,8 +221,15 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         except UnicodeDecodeError:
             raise APIError(422, "body is not UTF-8", param="body") from None
     elif ctype in ("application/json", ""):
+        # json.loads, then the model, as FastAPI parses every other body and as the JSONL lines are:
+        # an escaped lone surrogate reaches JSONBody's text check (pydantic's JSON parser would
+        # refuse it without naming the field).
         try:
-            body = DatasetCreate.model_validate_json(raw)
+            data = json.loads(raw)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
+            raise APIError(422, "body: not valid JSON", param="body", code="invalid_value") from None
+        try:
+            body = DatasetCreate.model_validate(data)
         except ValidationError as exc:
             raise _error_from_validation(exc) from None
         meta, exemplars = body, body.exemplars
