@@ -70,6 +70,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         version=__version__,
         description="Differentially private in-context learning, served and audited.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by app/api/apidocs.py (FastAPI's pages load from a CDN)
+        redoc_url=None,
     )
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
@@ -84,4 +86,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     from app.api.openapi import install_openapi
 
     install_openapi(app, settings)
+    from app.api.apidocs import install_api_docs
+
+    install_api_docs(app)
     return app
