@@ -21,6 +21,7 @@ from app.api.routes import (
     privacy,
     private,
     private_generate,
+    samples,
 )
 from app.config import Settings, get_settings
 from app.jobs import service as jobs_service
@@ -32,7 +33,7 @@ log = logging.getLogger("dpicl.api")
 # Every router, registered explicitly: a module that fails to import fails start-up instead of
 # silently removing a feature.
 ROUTERS = [health.router, models.router, privacy.router, datasets.router, private.router, private_generate.router,
-           budget_forecast.router, openai_compat.router, audits.router,
+           budget_forecast.router, openai_compat.router, audits.router, samples.router,
            ui_routes.router]  # the web dashboard (/ui, app/ui)
 
 

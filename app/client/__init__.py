@@ -249,6 +249,16 @@ class _Endpoints:
         # Not retried: creating a dataset is not deduplicated by the server (a resend could make two).
         return self._call(_Req("POST", "/v1/datasets", json=body, ok=(201,)))
 
+    def samples(self) -> Any:
+        """The bundled sample tasks (name, task, labels, exemplar_count, example_queries)."""
+        return self._call(_Req("GET", "/v1/samples", retry=True))
+
+    def load_sample(self, sample: str, *, name: str | None = None, budget: Mapping[str, Any] | None = None) -> Any:
+        """Load a bundled sample task (``assistant_intents``, ``support_intents``, ``gen_dialogsum``) as a new
+        private dataset of your tenant; returns the dataset object. Not retried (a resend could make two)."""
+        body = _drop_none({"name": name, "budget": dict(budget) if budget else None})
+        return self._call(_Req("POST", f"/v1/samples/{sample}/load", json=body, ok=(201,)))
+
     def list_datasets(self, *, limit: int | None = None, offset: int | None = None) -> Any:
         return self._call(_Req("GET", "/v1/datasets", params=_drop_none({"limit": limit, "offset": offset}),
                                retry=True))

@@ -415,7 +415,7 @@ async def datasets(request: Request):
     page, stop = await _page(request, *SCOPES)
     if stop:
         return stop
-    from app.api.routes.datasets import dataset_object
+    from app.api.dataset_service import dataset_object
     from app.store import budget_repo
     from app.store import datasets_repo as repo
 
@@ -436,7 +436,7 @@ async def dataset_page(request: Request, dataset_id: str):
     page, stop = await _page(request, *SCOPES)
     if stop:
         return stop
-    from app.api.routes.datasets import dataset_object, ledger_entry_object
+    from app.api.dataset_service import dataset_object, ledger_entry_object
     from app.budget.composition import Charge
     from app.budget.forecast import count_answers
     from app.budget.ledger import state_of
