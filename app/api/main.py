@@ -22,6 +22,7 @@ from app.api.routes import (
     privacy,
     private,
     private_generate,
+    samples,
 )
 from app.config import Settings, get_settings
 from app.jobs import service as jobs_service
@@ -33,7 +34,7 @@ log = logging.getLogger("dpicl.api")
 # Every router, registered explicitly: a module that fails to import fails start-up instead of
 # silently removing a feature.
 ROUTERS = [health.router, models.router, privacy.router, datasets.router, private.router, private_generate.router,
-           budget_forecast.router, openai_compat.router, audits.router,
+           budget_forecast.router, openai_compat.router, audits.router, samples.router,
            ui_routes.router]  # the web dashboard (/ui, app/ui)
 
 
@@ -71,6 +72,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         version=__version__,
         description="Differentially private in-context learning, served and audited.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by app/api/apidocs.py (FastAPI's pages load from a CDN)
+        redoc_url=None,
     )
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
@@ -87,4 +90,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     from app.api.openapi import install_openapi
 
     install_openapi(app, settings)
+    from app.api.apidocs import install_api_docs
+
+    install_api_docs(app)
     return app

@@ -86,6 +86,8 @@ STATUSES: dict[tuple[str, str], tuple[str, ...]] = {
     ("get", "/v1/datasets/{dataset_id}/ledger"): ("401", "403", "404", "422"),
     ("patch", "/v1/datasets/{dataset_id}"): ("400", "401", "403", "404", "422"),
     ("get", "/v1/datasets/{dataset_id}/budget/forecast"): ("401", "403", "404", "422"),
+    ("get", "/v1/samples"): ("401", "403"),
+    ("post", "/v1/samples/{name}/load"): ("400", "401", "403", "404", "413", "415", "422"),
     ("post", "/v1/private/classify"): _PRIVATE,
     ("post", "/v1/private/generate"): _PRIVATE,
     ("post", "/v1/chat/completions"): _PRIVATE,
@@ -145,7 +147,7 @@ def _declare_errors(doc: dict[str, Any]) -> None:
 
 
 def _dataset_body(doc: dict[str, Any]) -> None:
-    from app.api.routes.datasets import DatasetCreate
+    from app.api.dataset_schemas import DatasetCreate
 
     op = doc["paths"].get("/v1/datasets", {}).get("post")
     if op is None:

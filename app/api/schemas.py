@@ -183,6 +183,21 @@ class DatasetList(_Out):
     offset: int
 
 
+class SampleObject(_Out):
+    name: str
+    object: Literal["sample"]
+    task: Literal["classification", "generation"]
+    description: str
+    labels: list[str] | None
+    exemplar_count: int
+    example_queries: list[str]
+
+
+class SampleList(_Out):
+    object: Literal["list"]
+    data: list[SampleObject]
+
+
 class DatasetDeleted(_Out):
     id: str
     object: Literal["dataset"]

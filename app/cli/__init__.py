@@ -9,6 +9,7 @@ import typer
 
 from app.cli import audit as _audit
 from app.cli import budget as _budget
+from app.cli import datasets as _datasets
 from app.cli import keys as _keys
 from app.cli import privacy as _privacy
 from app.cli import worker as _worker
@@ -83,6 +84,7 @@ cli.add_typer(_privacy.privacy_app, name="privacy", help="Privacy math: calibrat
 cli.add_typer(_audit.audit_app, name="audit", help="Audit jobs: submit, wait, CI verdicts.")
 cli.add_typer(_budget.budget_app, name="budget", help="Privacy budgets: forecast remaining answers.")
 cli.add_typer(_keys.keys_app, name="keys", help="API keys: create, list, revoke.")
+cli.add_typer(_datasets.datasets_app, name="datasets", help="Datasets: list and load the bundled sample tasks.")
 _worker.register(cli)
 
 

@@ -75,7 +75,9 @@ def _sdk(server: str, deadline: Deadline, *, max_retries: int = 8):
 
 def _cli_error(exc: Exception, deadline: Deadline, what: str, *, job: dict | None = None) -> CLIError:
     """A DpiclError as the CLI reports it: no answer before the deadline is a timeout (exit 3)."""
-    if getattr(exc, "status", None) == 0:
+    from app.client import Unavailable
+
+    if isinstance(exc, Unavailable):
         if deadline.passed():
             return CLIError(f"timed out ({exc})", EXIT_TIMEOUT, job=job)
         return CLIError(str(exc), job=job)
@@ -229,7 +231,7 @@ def run(
     webhook_url: Optional[str] = typer.Option(None, "--webhook-url", help="also POST the final job JSON here"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
     retries: int = typer.Option(8, "--retries", min=0, max=50,
-                                help="retries per request on network errors, 429 and 5xx (with back-off)"),
+                                help="retries per request on network errors, 503 and a full job queue (with back-off)"),
     inconclusive_as: str = typer.Option("skipped", "--junit-inconclusive", help="JUnit: skipped | failure"),
 ) -> None:
     """Submit an audit and, with --wait, exit 0 (pass), 1 (violation), 2 (error), 3 (timeout) or 4 (inconclusive)."""

@@ -8,13 +8,26 @@
         job = dp.wait_audit(dp.submit_audit("canary_mia", config, claimed_epsilon=1.0)["id"], timeout=600)
 
 Every method is one HTTP call (``wait_audit`` polls) and returns the server's JSON as a dict; the paths and
-request fields are those of ``/openapi.json`` (tests/client checks that against the live schema). Errors raise
-:class:`DpiclError` with the server's error envelope (status, type, message, param).
+request fields are those of ``/openapi.json`` (tests/client checks that against the live schema).
 
-Retries, and why they are safe: transport errors, 429 and 5xx are retried with back-off honouring
-``Retry-After``, but only for requests the server deduplicates or that change nothing: GETs, the pure
-calculators, and POSTs that carry an ``Idempotency-Key``. Private answers and audit submissions always carry
-one (a fresh UUID unless you give your own), so a retried answer is replayed by the server, never charged twice.
+Errors raise a subclass of :class:`DpiclError` carrying the server's envelope (status, type, message, param,
+code), so a caller can tell what to do next:
+
+- :class:`BudgetExhausted` (429): the dataset's privacy budget refuses the answer, for good; it carries
+  ``epsilon_spent`` / ``epsilon_remaining``. Never retried: retrying cannot succeed.
+- :class:`InvalidRequest` (400, 413, 415, 422): fix the request; ``param`` names the field.
+- :class:`AuthenticationError` (401), :class:`PermissionDenied` (403), :class:`NotFound` (404),
+  :class:`Conflict` (409).
+- :class:`Unavailable`: the service is overloaded (503; :class:`QueueFull`, a 429 ``queue_full`` for audit
+  submissions, likewise), its model server failed (502 / 504), or it did not answer at all (``status`` 0:
+  connection refused, timeout).
+
+Retries, and why they are safe: only a 503 or a ``queue_full`` 429 (honouring ``Retry-After``) and transport
+failures are retried,
+with bounded back-off (``max_retries``, ``max_wait`` seconds between tries, and ``deadline``), and only for
+requests the server deduplicates or that change nothing: GETs, the pure calculators, and POSTs that carry an
+``Idempotency-Key``. Private answers and audit submissions always carry one (a fresh UUID unless you give your
+own), so a retried answer is replayed by the server, never charged twice.
 """
 
 from __future__ import annotations
@@ -28,24 +41,79 @@ from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 import httpx
 
-__all__ = ["AsyncClient", "Client", "DpiclError", "TERMINAL", "verdict_of"]
+__all__ = ["AsyncClient", "AuthenticationError", "BudgetExhausted", "Client", "Conflict", "DpiclError",
+           "InvalidRequest", "NotFound", "PermissionDenied", "QueueFull", "TERMINAL", "Unavailable", "verdict_of"]
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 T = TypeVar("T")
 
 
 class DpiclError(Exception):
-    """An error answer of the service (``status`` > 0) or no answer at all after the retries (``status`` 0)."""
+    """An error answer of the service (``status`` > 0) or no answer at all (``status`` 0). Subclasses say which."""
 
     def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
-                 body: Any = None) -> None:
+                 code: str | None = None, body: Any = None) -> None:
         where = f" ({param})" if param else ""
         super().__init__(f"HTTP {status}{where}: {message}" if status else message)
         self.status = status
         self.message = message
         self.type = type
         self.param = param
+        self.code = code
         self.body = body
+
+
+class InvalidRequest(DpiclError):
+    """400 / 413 / 415 / 422: the request is wrong; ``param`` names the field. Resending it cannot help."""
+
+
+class AuthenticationError(DpiclError):
+    """401: no key, or a key the server does not know (revoked, mistyped)."""
+
+
+class PermissionDenied(DpiclError):
+    """403: the key lacks a scope this call needs."""
+
+
+class NotFound(DpiclError):
+    """404: no such dataset / job / route, or one that belongs to another tenant."""
+
+
+class Conflict(DpiclError):
+    """409: e.g. an Idempotency-Key reused with a different request."""
+
+
+class BudgetExhausted(DpiclError):
+    """429: the dataset's privacy budget refuses this answer. Nothing was charged; it will refuse again until an
+    admin raises the budget, so it is never retried. ``epsilon_remaining`` is what is left (None if unknown)."""
+
+    def __init__(self, status: int, message: str, *, epsilon_spent: float | None = None,
+                 epsilon_remaining: float | None = None, **kw: Any) -> None:
+        super().__init__(status, message, **kw)
+        self.epsilon_spent = epsilon_spent
+        self.epsilon_remaining = epsilon_remaining
+
+
+class Unavailable(DpiclError):
+    """The service could not answer now: 503 (overloaded, a deadline passed; retried while the budget of retries
+    lasts), 502 / 504 (its model server failed), or ``status`` 0 (no answer: connection refused, timeout)."""
+
+
+class QueueFull(Unavailable):
+    """429 ``queue_full``: the tenant has too many queued audit jobs; retried after ``Retry-After`` like a 503."""
+
+
+_BY_STATUS: dict[int, type[DpiclError]] = {400: InvalidRequest, 401: AuthenticationError, 403: PermissionDenied,
+                                           404: NotFound, 409: Conflict, 413: InvalidRequest, 415: InvalidRequest,
+                                           422: InvalidRequest, 502: Unavailable, 503: Unavailable,
+                                           504: Unavailable}
+
+
+def _float_header(r: httpx.Response, name: str) -> float | None:
+    try:
+        return float(r.headers[name])
+    except (KeyError, ValueError):
+        return None
 
 
 def verdict_of(job: Mapping[str, Any]) -> str | None:
@@ -69,11 +137,18 @@ class _Req(Generic[T]):
 
 def _error(r: httpx.Response) -> DpiclError:
     try:
-        err = r.json()["error"]
-        return DpiclError(r.status_code, str(err.get("message")), type=err.get("type"), param=err.get("param"),
-                          body=r.json())
+        body = r.json()
+        err = body["error"]
+        message, kw = str(err.get("message")), {"type": err.get("type"), "param": err.get("param"),
+                                                "code": err.get("code"), "body": body}
     except Exception:
-        return DpiclError(r.status_code, r.text[:500])
+        message, kw = r.text[:500], {}
+    if r.status_code == 429 and kw.get("code") == "queue_full":
+        return QueueFull(r.status_code, message, **kw)
+    if r.status_code == 429:
+        return BudgetExhausted(r.status_code, message, epsilon_spent=_float_header(r, "X-DPICL-Epsilon-Spent"),
+                               epsilon_remaining=_float_header(r, "X-DPICL-Epsilon-Remaining"), **kw)
+    return _BY_STATUS.get(r.status_code, DpiclError)(r.status_code, message, **kw)
 
 
 def _retry_after(r: httpx.Response | None, default: float) -> float:
@@ -94,31 +169,38 @@ def _key(idempotency_key: str | None) -> dict[str, str]:
 
 class _Try(Generic[T]):
     """The retry policy of one call, shared by both clients: feed it each attempt's outcome; it answers
-    (True, parsed value), or (False, seconds to wait before resending), or raises."""
+    (True, parsed value), or (False, seconds to wait before resending), or raises.
 
-    def __init__(self, base_url: str, req: _Req[T], max_retries: int, deadline: float | None) -> None:
-        self.base_url, self.req, self.deadline = base_url, req, deadline
-        self.left = max_retries + 1 if req.retry else 1
-        self.delay, self.last = 0.5, "no answer"
+    Resent: only a 503 (the service is overloaded or a deadline passed before any work: nothing was charged) and
+    transport failures, only for requests that are safe to resend, at most ``max_retries`` times, never waiting
+    longer than ``max_wait`` at once nor past ``deadline``. Every other error is raised at once, typed."""
+
+    def __init__(self, base_url: str, req: _Req[T], max_retries: int, deadline: float | None,
+                 max_wait: float = 30.0) -> None:
+        self.base_url, self.req, self.deadline, self.max_wait = base_url, req, deadline, max_wait
+        self.left = max(max_retries, 0) + 1 if req.retry else 1
+        self.delay = 0.5
+        self.last_error: DpiclError | None = None
 
     def step(self, r: httpx.Response | None, exc: Exception | None) -> tuple[bool, Any]:
         self.left -= 1
         if r is not None:
             if r.status_code in self.req.ok:
                 return True, self.req.parse(r)
-            if not (self.req.retry and (r.status_code == 429 or r.status_code >= 500)):
-                raise _error(r)
-            self.last = str(_error(r))
-        elif not self.req.retry:
-            raise DpiclError(0, f"{type(exc).__name__}: {exc}") from exc
+            error = _error(r)
+            if not (self.req.retry and (r.status_code == 503 or isinstance(error, QueueFull))):
+                raise error
         else:
-            self.last = f"{type(exc).__name__}: {exc}"
-        wait = _retry_after(r, self.delay)
-        self.delay = min(self.delay * 2, 30.0)
+            error = Unavailable(0, f"the service at {self.base_url} did not answer ({type(exc).__name__}: {exc})")
+            if not self.req.retry:
+                raise error from exc
+        self.last_error = error
+        wait = min(_retry_after(r, self.delay), self.max_wait)
+        self.delay = min(self.delay * 2, self.max_wait)
         if self.deadline is not None:
             wait = min(wait, self.deadline - time.monotonic())
         if self.left <= 0 or wait < 0:
-            raise DpiclError(0, f"the service at {self.base_url} did not answer ({self.last})")
+            raise error
         return False, wait
 
 
@@ -166,6 +248,16 @@ class _Endpoints:
                            "exemplars": [dict(e) for e in exemplars]})
         # Not retried: creating a dataset is not deduplicated by the server (a resend could make two).
         return self._call(_Req("POST", "/v1/datasets", json=body, ok=(201,)))
+
+    def samples(self) -> Any:
+        """The bundled sample tasks (name, task, labels, exemplar_count, example_queries)."""
+        return self._call(_Req("GET", "/v1/samples", retry=True))
+
+    def load_sample(self, sample: str, *, name: str | None = None, budget: Mapping[str, Any] | None = None) -> Any:
+        """Load a bundled sample task (``assistant_intents``, ``support_intents``, ``gen_dialogsum``) as a new
+        private dataset of your tenant; returns the dataset object. Not retried (a resend could make two)."""
+        body = _drop_none({"name": name, "budget": dict(budget) if budget else None})
+        return self._call(_Req("POST", f"/v1/samples/{sample}/load", json=body, ok=(201,)))
 
     def list_datasets(self, *, limit: int | None = None, offset: int | None = None) -> Any:
         return self._call(_Req("GET", "/v1/datasets", params=_drop_none({"limit": limit, "offset": offset}),
@@ -260,14 +352,15 @@ def _headers(api_key: str | None, user_agent: str) -> dict[str, str]:
 
 
 class Client(_Endpoints):
-    """Synchronous client. ``api_key`` defaults to ``$DPICL_API_KEY``; ``deadline`` (monotonic seconds) bounds
-    the retries of every call (the CLI's --timeout)."""
+    """Synchronous client. ``api_key`` defaults to ``$DPICL_API_KEY``; ``max_retries`` resends of a 503 or a
+    failed connection, each wait at most ``max_wait`` seconds; ``deadline`` (monotonic seconds) bounds the retries
+    of every call (the CLI's --timeout)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 30.0, max_retries: int = 8,
-                 deadline: float | None = None, user_agent: str = "dpicl-client",
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 30.0, max_retries: int = 4,
+                 max_wait: float = 30.0, deadline: float | None = None, user_agent: str = "dpicl-client",
                  transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self.max_retries = max_retries
+        self.max_retries, self.max_wait = max_retries, max_wait
         self.deadline = deadline
         self.http = httpx.Client(base_url=self.base_url, headers=_headers(api_key, user_agent), timeout=timeout,
                                  transport=transport)
@@ -283,7 +376,7 @@ class Client(_Endpoints):
         self.http.close()
 
     def _call(self, req: _Req[T]) -> T:
-        attempt = _Try(self.base_url, req, self.max_retries, self.deadline)
+        attempt = _Try(self.base_url, req, self.max_retries, self.deadline, self.max_wait)
         while True:
             r, exc = None, None
             try:
@@ -311,11 +404,11 @@ class Client(_Endpoints):
 class AsyncClient(_Endpoints):
     """The same API for asyncio: every method is awaited."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 30.0, max_retries: int = 8,
-                 deadline: float | None = None, user_agent: str = "dpicl-client",
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 30.0, max_retries: int = 4,
+                 max_wait: float = 30.0, deadline: float | None = None, user_agent: str = "dpicl-client",
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self.max_retries = max_retries
+        self.max_retries, self.max_wait = max_retries, max_wait
         self.deadline = deadline
         self.http = httpx.AsyncClient(base_url=self.base_url, headers=_headers(api_key, user_agent),
                                       timeout=timeout, transport=transport)
@@ -331,7 +424,7 @@ class AsyncClient(_Endpoints):
         await self.http.aclose()
 
     async def _call(self, req: _Req[T]) -> T:  # type: ignore[override]
-        attempt = _Try(self.base_url, req, self.max_retries, self.deadline)
+        attempt = _Try(self.base_url, req, self.max_retries, self.deadline, self.max_wait)
         while True:
             r, exc = None, None
             try:

@@ -143,8 +143,11 @@ def line_chart(kind: str, title: str, series: Sequence[dict], *, xlabel: str, yl
 
 def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *, ylabel: str,
               ref: tuple[float, str] | None = None, ymax: float | None = None,
-              errors: Sequence[tuple[float, float] | None] | None = None) -> Markup:
-    """Vertical bars (a missing value is drawn as 'n/a'); ``ref`` a horizontal reference line (the claim)."""
+              errors: Sequence[tuple[float, float] | None] | None = None,
+              classes: Sequence[str | None] | None = None) -> Markup:
+    """Vertical bars (a missing value is drawn as 'n/a'); ``ref`` a horizontal reference line (the claim), named
+    in a legend in the top margin where no bar can cover it; ``classes`` a CSS class per bar instead of the
+    series colour (``bound-over``, ``bound-within``, ``estimate``)."""
     vals = [v for _, v in bars if v is not None and math.isfinite(v)]
     top = ymax if ymax is not None else max(vals + ([ref[0]] if ref else []) + [1e-9]) * 1.15
     fr = _Frame((0, max(len(bars), 1)), (0, top))
@@ -156,7 +159,8 @@ def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *
             continue
         x0, x1 = fr.x(i + 0.2), fr.x(i + 0.8)
         y = fr.y(min(v, top))
-        body.append(f'<rect class="s{i % 6} fill bar" x="{_f(x0)}" y="{_f(y)}" width="{_f(x1 - x0)}" '
+        cls = (classes[i] if classes and i < len(classes) else None) or f"s{i % 6} fill"
+        body.append(f'<rect class="{cls} bar" x="{_f(x0)}" y="{_f(y)}" width="{_f(x1 - x0)}" '
                     f'height="{_f(max(fr.y(0) - y, 0.5))}" data-name="{escape(_oneline(name))}" data-value="{_num(v)}"/>'
                     f'<text class="tick" x="{_f((x0 + x1) / 2)}" y="{_f(y - 4)}" text-anchor="middle">{v:.3g}</text>')
         if errors and errors[i] is not None:
@@ -166,8 +170,11 @@ def bar_chart(kind: str, title: str, bars: Sequence[tuple[str, float | None]], *
                         f'y2="{_f(fr.y(max(lo, 0)))}"/>')
     if ref is not None:
         y = fr.y(min(ref[0], top))
+        # The line's name goes in the top margin, with a dashed swatch: above the plot, so no bar or bar
+        # value can hide it, whatever the values.
         body.append(f'<line class="ref" x1="{ML}" x2="{W - MR}" y1="{_f(y)}" y2="{_f(y)}" data-value="{_num(ref[0])}"/>'
-                    f'<text class="legend" x="{W - MR - 4}" y="{_f(y - 4)}" text-anchor="end">{escape(ref[1])}</text>')
+                    f'<line class="ref" x1="{W - MR - 150}" x2="{W - MR - 126}" y1="{MT - 5}" y2="{MT - 5}"/>'
+                    f'<text class="legend ref-label" x="{W - MR - 122}" y="{MT - 1}">{escape(ref[1])}</text>')
     desc = "; ".join(f"{_oneline(n)}: {'n/a' if v is None else f'{v:.4g}'}" for n, v in bars)
     if ref is not None:
         desc += f"; {ref[1]}"

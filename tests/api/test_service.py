@@ -56,3 +56,17 @@ def test_bad_json_is_422_envelope(live_server):
         f"{live_server}/v1/privacy/convert", content=b"{not json", headers={"content-type": "application/json"}
     )
     _assert_envelope(r, 422)
+
+
+def test_api_docs_are_served_offline_and_root_leads_to_the_dashboard(live_server):
+    """/docs and /redoc reference only this server's assets (no CDN: the service runs without internet);
+    the assets are there; / redirects to /ui. The browser suite renders both pages with the network cut."""
+    for page, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+        r = httpx.get(f"{live_server}{page}", timeout=30)
+        assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+        assert "cdn" not in r.text and "https://" not in r.text.replace("https://fastapi.tiangolo.com", ""), r.text
+        assert f"/apidocs-static/{asset}" in r.text
+        js = httpx.get(f"{live_server}/apidocs-static/{asset}", timeout=30)
+        assert js.status_code == 200 and len(js.content) > 100_000
+    root = httpx.get(f"{live_server}/", timeout=30)
+    assert root.status_code == 307 and root.headers["location"] == "/ui"

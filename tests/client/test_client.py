@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from app.client import AsyncClient, Client, DpiclError, _Endpoints
+from app.client import (AsyncClient, BudgetExhausted, Client, DpiclError, InvalidRequest, NotFound, Unavailable,
+                        _Endpoints)
 from tests.answers.test_gateway_api import EXEMPLARS, LABELS, PURE
 
 T = 180
@@ -33,19 +34,23 @@ def test_datasets_answers_budget_and_errors(live_server):
         assert budget["charges"] == 1 and budget["epsilon_spent"] == pytest.approx(1.0)  # Laplace: exactly 1
         assert len([e for e in dp.ledger(ds["id"])["data"] if e["status"] == "charged"]) == 1
 
-        with pytest.raises(DpiclError) as bad:
+        with pytest.raises(InvalidRequest) as bad:
             dp.classify(ds["id"], "x", epsilon=-1.0)
         assert bad.value.status == 422 and bad.value.param == "epsilon"
-        with pytest.raises(DpiclError) as missing:
+        with pytest.raises(NotFound) as missing:
             dp.get_dataset("ds_missing")
         assert missing.value.status == 404
-        # 429 is retried only up to the deadline: an exhausted budget stays an error, not a hang.
+        # A spent budget is not an outage: BudgetExhausted at once (no retry), with what is left.
         dp.classify(ds["id"], "q2", **params)
         dp.classify(ds["id"], "q3", **params)
-        short = Client(live_server, timeout=T, deadline=time.monotonic() + 2.0)
-        with short, pytest.raises(DpiclError) as spent:
-            short.classify(ds["id"], "q4", **params)
-        assert spent.value.status in (0, 429)
+        started = time.monotonic()
+        with pytest.raises(BudgetExhausted) as spent:
+            dp.classify(ds["id"], "q4", **params)
+        assert time.monotonic() - started < 5.0
+        assert spent.value.status == 429 and spent.value.param == "epsilon" and spent.value.code == "budget_exhausted"
+        assert spent.value.epsilon_remaining == pytest.approx(0.0, abs=1e-6)
+        assert spent.value.epsilon_spent == pytest.approx(3.0)
+        assert not isinstance(spent.value, Unavailable)
         assert dp.budget(ds["id"])["charges"] == 3
 
 
@@ -64,18 +69,26 @@ def test_async_client_answers_concurrently(live_server):
 
 
 class _Flaky(BaseHTTPRequestHandler):
-    """429 (Retry-After 1), then 503, then 200; records every request."""
+    """/v1/private/classify: 503 (Retry-After 1), then 503, then 200. /v1/datasets: 503. /v1/private/generate:
+    a budget 429. /v1/privacy/convert: 500. Records every request."""
 
     calls: list[tuple[str, str | None, float]] = []
 
     def _answer(self):
         n = sum(1 for c in self.calls if c[0] == self.path)
         self.calls.append((self.path, self.headers.get("Idempotency-Key"), time.monotonic()))
-        if n == 0:
-            code, body, extra = 429, {"error": {"message": "slow down", "type": "rate_limit_error", "param": None}}, \
-                {"Retry-After": "1"}
+        busy = (503, {"error": {"message": "busy", "type": "service_unavailable", "param": None,
+                                "code": "model_overloaded"}}, {"Retry-After": "1"})
+        if self.path == "/v1/private/generate":
+            code, body, extra = 429, {"error": {"message": "privacy budget exhausted", "type": "rate_limit_error",
+                                                "param": "epsilon", "code": "budget_exhausted"}}, \
+                {"X-DPICL-Epsilon-Remaining": "0.25", "X-DPICL-Epsilon-Spent": "7.75"}
+        elif self.path == "/v1/privacy/convert":
+            code, body, extra = 500, {"error": {"message": "boom", "type": "api_error", "param": None}}, {}
+        elif self.path == "/v1/datasets" or n == 0:
+            code, body, extra = busy
         elif n == 1:
-            code, body, extra = 503, {"error": {"message": "busy", "type": "api_error", "param": None}}, {}
+            code, body, extra = busy[0], busy[1], {}
         else:
             code, body, extra = 200, {"ok": True}, {}
         raw = json.dumps(body).encode()
@@ -104,13 +117,40 @@ def test_retries_only_what_the_server_deduplicates():
             keyed = [c for c in _Flaky.calls if c[0] == "/v1/private/classify"]
             assert len(keyed) == 3 and keyed[1][2] - keyed[0][2] >= 0.9  # honoured Retry-After
             assert len({c[1] for c in keyed}) == 1 and keyed[0][1]  # one Idempotency-Key on every resend
-            with pytest.raises(DpiclError) as once:  # creating a dataset is not deduplicated: never resent
+            with pytest.raises(Unavailable) as once:  # creating a dataset is not deduplicated: never resent
                 dp.create_dataset("d", [{"input": "a", "output": "b"}])
-            assert once.value.status == 429
+            assert once.value.status == 503 and once.value.code == "model_overloaded"
             assert sum(1 for c in _Flaky.calls if c[0] == "/v1/datasets") == 1
+            # A spent budget is final: raised at once, typed, never resent.
+            with pytest.raises(BudgetExhausted) as spent:
+                dp.generate("ds_x", "q")
+            assert spent.value.epsilon_remaining == 0.25 and spent.value.epsilon_spent == 7.75
+            assert spent.value.param == "epsilon"
+            assert sum(1 for c in _Flaky.calls if c[0] == "/v1/private/generate") == 1
+            # A 500 is a bug on the server, not load: raised at once, not resent.
+            with pytest.raises(DpiclError) as broken:
+                dp.convert(rdp=1.0)
+            assert broken.value.status == 500 and not isinstance(broken.value, Unavailable)
+            assert sum(1 for c in _Flaky.calls if c[0] == "/v1/privacy/convert") == 1
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_no_answer_is_unavailable_after_bounded_retries():
+    import socket
+
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with Client(f"http://127.0.0.1:{port}", max_retries=2, max_wait=0.1) as dp:
+        with pytest.raises(Unavailable) as down:
+            dp.health()
+    assert down.value.status == 0 and "did not answer" in str(down.value)
+    assert time.monotonic() - started < 5.0  # 3 tries, waits capped at 0.1 s
+    with Client(f"http://127.0.0.1:{port}", max_retries=0) as dp, pytest.raises(Unavailable):
+        dp.health()
 
 
 class _Recorder(_Endpoints):

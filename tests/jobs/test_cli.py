@@ -158,7 +158,8 @@ def test_unreachable_service_exits_2(tmp_path):
 
 
 def test_retry_after_and_5xx_are_honoured(tmp_path):
-    """A flaky front (429 with Retry-After, then a 503) before the real answer: the CLI waits and retries."""
+    """A flaky front (a full job queue: 429 queue_full with Retry-After, then a 503) before the real answer: the
+    CLI waits and retries."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -174,7 +175,8 @@ def test_retry_after_and_5xx_are_honoured(tmp_path):
             if len(calls) == 1:
                 self.send_response(429)
                 self.send_header("Retry-After", "1")
-                body = b'{"error": {"message": "slow down", "type": "rate_limit_error", "param": null, "code": null}}'
+                body = (b'{"error": {"message": "queue full", "type": "rate_limit_error", "param": "kind", '
+                        b'"code": "queue_full"}}')
             elif len(calls) == 2:
                 self.send_response(503)
                 body = b"{}"

@@ -290,3 +290,32 @@ def test_keyboard_and_phone_layout(browser, server, shots):
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     finally:
         context.close()
+
+
+def test_api_docs_render_offline(browser, server, shots):
+    """/docs (Swagger UI) and /redoc render with every request off this server refused (as on a machine with
+    no internet: FastAPI's default pages load from a CDN and stay blank); / leads to the dashboard."""
+    context = browser.new_context(base_url=server.url)
+    outside: list[str] = []
+
+    def only_this_server(route):
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_this_server)
+    page = context.new_page()
+    page.goto("/docs")
+    expect(page.locator(".swagger-ui .opblock").first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("/v1/private/classify").first).to_be_visible()
+    page.screenshot(path=str(shots / "apidocs-swagger.png"))
+    page.goto("/redoc")
+    expect(page.get_by_role("heading", name="dpicl").first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("/v1/private/classify").first).to_be_attached()
+    page.screenshot(path=str(shots / "apidocs-redoc.png"))
+    page.goto("/")
+    assert "/ui" in page.url
+    context.close()
+    assert outside == [], outside

@@ -292,3 +292,29 @@ def test_login_warns_when_a_secure_cookie_cannot_stick(ui):
     assert "drop the Secure session cookie" not in c.get("/ui/login").text  # loopback keeps it
     r = c.get("/ui/login", headers={"Host": "dpicl.internal.example"})
     assert r.status_code == 200 and "drop the Secure session cookie" in r.text
+
+
+def test_lists_show_why_a_job_failed_and_the_ledgers_idempotency_keys(keyed_server, ui):
+    from app.budget.ledger import Ledger
+    from app.privacy.accountant import PrivacyCost
+
+    with api(keyed_server, "A") as c:
+        r = c.post("/v1/audits", json={"kind": "sleep", "config": {"steps": 1, "fail_at_step": 0,
+                                                                    "fail_message": "no target answered"}})
+        assert r.status_code == 202, r.text
+        job = wait_job(c, r.json()["id"], timeout=60)
+    assert job["status"] == "failed"
+    page = ui("A").get("/ui/audits").text
+    row = page[page.index(f'data-job-row="{job["id"]}"'):]
+    row = row[:row.index("</tr>")]
+    assert 'data-role="error"' in row and "no target answered" in row
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", row) and ".0" not in row.split("<time")[1][:60]
+
+    ds = _dataset(keyed_server, "A", name="keys")
+    with keyed_server.runtime.db.session() as s:
+        Ledger().charge(s, dataset_id=ds, tenant_id="tenant-a", mechanism="rnm", params={}, response={"label": "x"},
+                        cost=PrivacyCost(epsilon=0.5, delta=0.0, adjacency="replace-one", mechanism="rnm"),
+                        idempotency_key="client-q-42")
+        s.commit()
+    ledger = ui("A").get(f"/ui/datasets/{ds}").text
+    assert "Idempotency-Key" in ledger and "<code>client-q-42</code>" in ledger

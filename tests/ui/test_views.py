@@ -58,3 +58,37 @@ def test_gauge_fraction_is_clamped_and_labelled():
     svg = str(charts.gauge(9.0, 8.0))
     assert 'data-fraction="1.0"' in svg and "gauge-fill bad" in svg
     assert 'data-fraction="0.25"' in str(charts.gauge(2.0, 8.0))
+
+
+def test_a_point_estimate_above_the_claim_is_grey_and_explained_when_the_bound_is_not():
+    """A pass whose black-box point estimate (1.1) is above the claim (1) while its lower bound is below: the
+    point bar is an estimate (grey, not red), the bound bar is within, and the note says why it is no violation."""
+    est = {"black_box": {"epsilon_lower": 0.4, "epsilon_point": 1.1, "confidence": 0.95, "fpr": 0.1, "tpr": 0.2}}
+    job = _job("canary_mia", {"epsilon": 0.4, "confidence": 0.95, "estimates": est}, claimed_epsilon=1.0)
+    plot = {p["id"]: p for p in views.audit_charts(job)}["bound"]
+    svg = str(plot["svg"])
+    bars = re.findall(r'<rect class="([^"]+) bar"[^>]*data-name="([^"]+)" data-value="([^"]+)"', svg)
+    assert [(c, n) for c, n, _ in bars] == [("bound-within", "black_box lower bound"),
+                                            ("estimate", "black_box point est.")]
+    assert "black_box 1.1) is above the claim" in plot["note"] and "not a violation" in plot["note"]
+    # A lower bound above the claim is the violation, drawn as such, and no excuse is added.
+    est["black_box"]["epsilon_lower"] = 1.3
+    plot = {p["id"]: p for p in views.audit_charts(job)}["bound"]
+    assert '<rect class="bound-over bar"' in str(plot["svg"]) and "not a violation" not in plot["note"]
+
+
+def test_the_reference_line_is_named_in_the_top_margin_where_no_bar_reaches():
+    for values in ([0.2, 0.95, 0.99], [5.0, 1.0]):
+        svg = str(charts.bar_chart("power", "t", [(f"b{i}", v) for i, v in enumerate(values)], ylabel="p",
+                                   ymax=1.05 if max(values) < 1 else None, ref=(0.9, "required 0.9")))
+        label_y = float(re.search(r'<text class="legend ref-label" x="[^"]+" y="([^"]+)">required 0.9<', svg)[1])
+        bar_tops = [float(y) for y in re.findall(r'<rect class="[^"]+ bar" x="[^"]+" y="([^"]+)"', svg)]
+        assert label_y <= charts.MT and all(top >= charts.MT for top in bar_tops)
+
+
+def test_timestamps_read_as_utc_seconds():
+    from app.ui.routes import _when
+
+    assert _when("2026-11-26T13:05:12.123456+00:00") == "2026-11-26 13:05:12 UTC"
+    assert _when("2026-11-26T14:05:12.5+01:00") == "2026-11-26 13:05:12 UTC"
+    assert _when("not a time") == "not a time"

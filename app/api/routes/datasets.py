@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError
 
 from app.badtext import BadTextError
 from app.jsonbody import JSONBody
@@ -18,7 +17,6 @@ from app.api.errors import APIError, dataset_not_found, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
 from app.api.auth import SCOPES, require
 from app.api.schemas import (
-    AdjacencyName,
     DatasetBudget,
     DatasetDeleted,
     DatasetList,
@@ -26,123 +24,21 @@ from app.api.schemas import (
     ExemplarList,
     LedgerList,
 )
-from app.budget.ledger import Ledger
 from app.store import budget_repo
 from app.store import datasets_repo as repo
 
+from app.api.dataset_schemas import BudgetIn, DatasetCreate, DatasetMeta, ExemplarIn, TemplateIn  # noqa: F401
+from app.api.dataset_service import (  # noqa: F401 - re-exported for older imports
+    budget_object,
+    dataset_object,
+    default_template,
+    ledger_entry_object,
+    store_dataset,
+)
+
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
-# A label is not blank (same pattern as the chat route's non-blank text; see there).
-NON_BLANK = r"[^\s\x1c-\x1f]"
-
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
-
-
-class TemplateIn(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-    instruction: str | None = Field(default=None, max_length=2000)
-    input_prefix: str | None = Field(default=None, max_length=200)
-    output_prefix: str | None = Field(default=None, max_length=200)
-
-
-class ExemplarIn(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-    input: str
-    output: str
-
-
-class BudgetIn(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-    epsilon: float = Field(gt=0, allow_inf_nan=False, description="total epsilon for every answer on this set")
-    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
-    adjacency: AdjacencyName | None = None
-
-
-class DatasetMeta(JSONBody):
-    # labels: required (a list) unless task is "generation", as _task_labels checks.
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "if": {"required": ["task"], "properties": {"task": {"const": "generation"}}},
-        "then": {},
-        "else": {"required": ["labels"], "properties": {"labels": {"type": "array"}}},
-    })
-    name: str = Field(min_length=1, max_length=200)
-    budget: BudgetIn | None = None
-    task: Literal["classification", "generation"] = "classification"
-    labels: list[Annotated[str, Field(pattern=NON_BLANK)]] | None = Field(
-        default=None, min_length=2, max_length=100)
-    template: TemplateIn | None = None
-    answer_reuse: bool = Field(default=True, description="an identical private request gets the stored released "
-                                                         "answer at no cost (false: every request is charged)")
-
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return v
-        if len(v) < 2:
-            raise ValueError("a classification set needs at least 2 labels")
-        cleaned = [s.strip() for s in v]
-        if any(not s for s in cleaned):
-            raise ValueError("labels must be non-empty strings")
-        if len(set(cleaned)) != len(cleaned):
-            raise ValueError("labels must be unique")
-        return cleaned
-
-    @model_validator(mode="after")
-    def _task_labels(self) -> "DatasetMeta":
-        if self.task == "classification" and not self.labels:
-            raise ValueError("labels: required for task 'classification'")
-        return self
-
-
-class DatasetCreate(DatasetMeta):
-    exemplars: list[ExemplarIn] = Field(min_length=1)
-
-
-DEFAULT_TEMPLATES: dict[str, dict[str, Any]] = {
-    "classification": {
-        "instruction": "Classify the text into one of the given labels.",
-        "input_prefix": "Text:",
-        "output_prefix": "Label:",
-    },
-    "generation": {"instruction": "Answer the question.", "input_prefix": "Input:", "output_prefix": "Output:"},
-}
-
-
-def default_template(task: str) -> dict[str, Any]:
-    return dict(DEFAULT_TEMPLATES[task])
-
-
-def budget_object(acc) -> dict[str, Any] | None:
-    if acc is None:
-        return None
-    return {
-        "epsilon": acc.epsilon_budget,
-        "delta": acc.delta_budget,
-        "adjacency": acc.adjacency,
-        "epsilon_spent": acc.epsilon_spent,
-        "epsilon_remaining": max(0.0, acc.epsilon_budget - acc.epsilon_spent),
-        "charges": acc.charges,
-        "composition": acc.composition_method,
-    }
-
-
-def dataset_object(ds, acc=None) -> dict[str, Any]:
-    return {
-        "id": ds.id,
-        "object": "dataset",
-        "name": ds.name,
-        "task": ds.task,
-        "labels": ds.labels,
-        "exemplar_count": ds.exemplar_count,
-        "label_counts": ds.label_counts,
-        "template": ds.template,
-        "created_at": ds.created_at.isoformat() if isinstance(ds.created_at, datetime) else ds.created_at,
-        "answer_reuse": bool(ds.answer_reuse),
-        "budget": budget_object(acc),
-        "visibility": getattr(ds, "visibility", None) or "private",
-        "provenance": getattr(ds, "provenance", None),
-    }
 
 
 def _validate_exemplars(meta: DatasetMeta, exemplars: list[ExemplarIn], settings) -> list[tuple[str, str]]:
@@ -242,18 +138,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         template.update({k: v for k, v in meta.template.model_dump().items() if v is not None})
 
     def _store():
-        with rt.db.session() as s:
-            ds = repo.create_dataset(s, tenant_id=tenant, name=meta.name, task=meta.task, labels=meta.labels or [],
-                                     template=template, exemplars=rows, answer_reuse=meta.answer_reuse)
-            b = meta.budget
-            Ledger().open_account(
-                s, dataset_id=ds.id, tenant_id=tenant,
-                epsilon=b.epsilon if b else rt.settings.default_budget_epsilon,
-                delta=b.delta if b else rt.settings.default_budget_delta,
-                adjacency=(b.adjacency if b and b.adjacency else rt.settings.default_adjacency),
-            )
-            s.commit()
-            return dataset_object(ds, budget_repo.get_account(s, ds.id, tenant))
+        return store_dataset(rt, tenant, meta, rows, template)
 
     return await run_in_threadpool(_store)
 
@@ -404,15 +289,6 @@ async def set_budget(dataset_id: str, body: BudgetUpdate, rt: RuntimeDep, tenant
     if obj is None:
         raise dataset_not_found(dataset_id)
     return {"dataset_id": dataset_id, "object": "budget", **obj}
-
-
-def ledger_entry_object(e) -> dict[str, Any]:
-    """One ledger entry as the API shows it (also the /ui ledger table): never the released answer."""
-    return {"id": e.id, "object": "ledger_entry", "created_at": e.created_at.isoformat(), "key_id": e.key_id,
-            "mechanism": e.mechanism, "params": e.params, "epsilon": e.epsilon, "delta": e.delta,
-            "idempotency_key": e.idempotency_key, "status": e.status,
-            "refunded_at": e.refunded_at.isoformat() if e.refunded_at else None,
-            "epsilon_spent_after": e.epsilon_spent_after}
 
 
 @router.get("/{dataset_id}/ledger", response_model=LedgerList, response_model_exclude_unset=True,

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import CapabilityError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .lm import RemoteLanguageModel
+
+class DecodeHost(Protocol):
+    """What a session needs of its model (:class:`app.llm.remote.lm.RemoteLanguageModel` is one): a structural
+    type, so this module does not import the model's (which imports this one)."""
+
+    transport: Any
+    _max_context: int | None
+
+    @property
+    def _label(self) -> str: ...
+
+    def _salt(self, call_salt: str | None) -> dict[str, Any]: ...
+
+    def _next_lp_rows(self, rows: list[list[int]], salt: dict[str, Any]) -> Coroutine[Any, Any, np.ndarray]: ...
 
 
 class RemoteDecodeSession:
@@ -23,7 +35,7 @@ class RemoteDecodeSession:
     prefix cache between steps.
     """
 
-    def __init__(self, model: RemoteLanguageModel, rows: list[list[int]]):
+    def __init__(self, model: DecodeHost, rows: list[list[int]]):
         self._model = model
         self._tokens = [list(r) for r in rows]
         self._rows = list(range(len(rows)))
