@@ -131,8 +131,8 @@ def _solve_continuous(
                 i_p, g = nxt, nxt
     # Bisection in log space (parameters span many decades).
     while it < max_iter and abs(i_p / f_p - 1.0) > rtol:
-        mid = math.sqrt(f_p * i_p)
-        if mid in (f_p, i_p):
+        mid = math.sqrt(f_p) * math.sqrt(i_p)  # the product could underflow (1e-300 * 1e-30) or overflow
+        if not (min(f_p, i_p) < mid < max(f_p, i_p)):
             break
         r = eps_of(mid)
         it += 1
@@ -209,7 +209,7 @@ def calibrate_clip_softmax(
         raise PrivacyInputError(
             f"cannot solve for {solve_for!r} with clip-softmax; use temperature, clip or batch-size", param="solve_for"
         )
-    target = v.positive(target_epsilon, "target_epsilon")
+    target = v.target_epsilon(target_epsilon)
     d = v.delta_open(delta)
     k = v.count(compositions, "compositions", minimum=1)
     grid = parse_orders(orders)
@@ -285,7 +285,7 @@ def calibrate_gaussian(
     rdp: bisection on the RDP bound (Mironov 2017 Prop. 7 + Algorithm 2), reports alpha;
     classical: Dwork & Roth Thm A.1, one release, proven for epsilon < 1 only (warns above).
     """
-    target = v.positive(target_epsilon, "target_epsilon")
+    target = v.target_epsilon(target_epsilon)
     d = v.delta_open(delta)
     sens = v.positive(sensitivity, "sensitivity")
     k = v.count(compositions, "compositions", minimum=1)

@@ -261,7 +261,7 @@ def convert(
             raise PrivacyInputError("epsilon and delta are both required", param="epsilon" if epsilon is None else "delta")
         if out_adj != adj:
             raise PrivacyInputError("adjacency translation needs a source guarantee", param="to_adjacency")
-        e_in = v.positive(epsilon, "epsilon")
+        e_in = v.target_epsilon(epsilon, "epsilon")
         d_in = v.delta_open(delta)
         result.update({"source": "approx-dp", "epsilon": e_in, "delta": d_in})
         if k != 1:
