@@ -84,7 +84,10 @@ def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1
 
 
 def _finite_sigma(sigma: float) -> float:
-    """Refuse a sigma that overflows: the target is representable, the noise it needs is not."""
+    """Refuse a sigma that overflows (the target is representable, the noise it needs is not) or
+    underflows to 0 (a sensitivity below the float range of sigma)."""
+    if sigma == 0.0:
+        raise PrivacyInputError("so small that the noise scale sigma underflows to 0", param="sensitivity")
     if not math.isfinite(sigma):
         raise PrivacyInputError(
             "target too small: the Gaussian noise it needs (sigma) exceeds the largest float64 "

@@ -152,7 +152,8 @@ def calibrate(
             conversion=conversion, lower=lower, upper=upper,
         )
         p = cal.params
-        rho = p["compositions"] * p["sensitivity"] ** 2 / (2.0 * p["sigma"] ** 2)
+        ratio = p["sensitivity"] / p["sigma"]
+        rho = p["compositions"] * ratio * ratio / 2.0
         grid = parse_orders(orders) if m == "rdp" else None
         out = {
             "mechanism": mech,
