@@ -29,6 +29,7 @@ from app.privacy.gaussian import (
     gaussian_sigma_classical,
 )
 from app.privacy.rdp import convert_rdp, parse_orders
+from app.privacy.solve import tick
 
 _LO, _HI = 1e-12, 1e15  # default search range for continuous parameters
 _MAX_BATCH = 10**15
@@ -81,6 +82,7 @@ def _solve_continuous(
     Returns (p, eps_of(p), iterations); eps_of(p)[0] <= target always.
     """
     def feasible(r: tuple[Any, ...]) -> bool:
+        tick()  # every evaluation is a step: a job's cancel takes effect here
         return r[0] <= target
 
     safe_end, other_end = (lo, hi) if increasing else (hi, lo)
@@ -163,8 +165,10 @@ def _solve_integer_decreasing(
                 f"target unreachable: epsilon is {r[0]:.6g} > target even at {name} = {hi}", param="target_epsilon"
             )
         lo, f_n = f_n, f_n * 2
+        tick()
     i_n, f_r = lo, r  # i_n infeasible, f_n feasible
     while f_n - i_n > 1:
+        tick()
         mid = (i_n + f_n) // 2
         r = eps_of(mid)
         it += 1

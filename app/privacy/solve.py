@@ -13,9 +13,11 @@ that was checked, even if rounding makes the predicate non-monotone near the roo
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 MAX_FLOAT = 1.7976931348623157e308
 MAX_STEPS = 64  # bits in a double: the bisection below never takes more
@@ -42,6 +44,7 @@ def largest_true(pred: Callable[[float], bool], lo: float, hi: float) -> float:
     for _ in range(MAX_STEPS):
         if b - a <= 1:
             break
+        tick()
         m = (a + b) // 2
         if pred(_float(m)):
             a = m
@@ -58,9 +61,36 @@ def smallest_true(pred: Callable[[float], bool], lo: float, hi: float) -> float:
     for _ in range(MAX_STEPS):
         if b - a <= 1:
             break
+        tick()
         m = (a + b) // 2
         if pred(_float(m)):
             b = m
         else:
             a = m
     return _float(b)
+
+
+# ---------------------------------------------------------------------------
+# Cooperative cancellation of long privacy computations
+# ---------------------------------------------------------------------------
+
+_CHECK: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("dpicl_privacy_check", default=None)
+
+
+@contextlib.contextmanager
+def checkpoints(check: Callable[[], None]) -> Iterator[None]:
+    """Run ``check`` at every solver step inside the block (it raises to stop: a job's cancel or
+    shutdown, a deadline). The solvers are bounded anyway; this makes a cancel take effect within
+    one step instead of at the end of a calibration over a long order grid."""
+    token = _CHECK.set(check)
+    try:
+        yield
+    finally:
+        _CHECK.reset(token)
+
+
+def tick() -> None:
+    """A solver step: run the active check, if any."""
+    check = _CHECK.get()
+    if check is not None:
+        check()
