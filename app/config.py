@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     # Background jobs
     job_runner: Literal["auto", "inprocess", "procrastinate", "none"] = "auto"
     job_heartbeat_seconds: float = Field(default=5.0, gt=0)
+    # SIGTERM: stop accepting, wait at most this long for requests in flight, then cancel them (uvicorn's
+    # timeout_graceful_shutdown); the process exits even if a worker thread is still busy.
+    shutdown_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     job_stall_seconds: float = Field(default=60.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
     # Admission control: a tenant with this many queued jobs gets 429 + Retry-After on a new submission

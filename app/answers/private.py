@@ -42,6 +42,17 @@ def _same_adjacency(given: Any, account_adjacency: str) -> bool:
         return False
 
 
+def _check_meaningful_budget(p: Mapping[str, Any]) -> None:
+    """One rule for every private mechanism, before it calibrates: an epsilon below
+    ``MIN_EPSILON`` is refused with the same 422 as ``/v1/privacy/calibrate`` (the mechanism's own
+    checks name anything else)."""
+    from app.privacy import _validate
+
+    eps = p.get("epsilon")
+    if isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0 < eps < _validate.MIN_EPSILON:
+        _validate.target_epsilon(eps, "epsilon")
+
+
 def is_charged(mech: AnswerMechanism) -> bool:
     """Whether an answer of ``mech`` is charged to the ledger: everything that reads the private
     exemplars (a non-private baseline that reads them is charged its infinite epsilon: refused)."""
@@ -71,6 +82,7 @@ def cost_of(rt: Runtime, mech: AnswerMechanism, params: Mapping[str, Any], *, ac
     if mech.task == "generation" and "adjacency" not in p:
         p["adjacency"] = account_adjacency or rt.settings.default_adjacency
     try:
+        _check_meaningful_budget(p)
         parsed = mech.parse_params(p)
         reported = mech.reported_cost(parsed, n_exemplars)
         charged = is_charged(mech)

@@ -123,7 +123,7 @@ def largest_epsilon(answers: int, state: BudgetState, charge_for: Callable[[floa
     refused: float | None = None
     e = top
     good: float | None = None
-    while e >= bottom:
+    while e >= bottom and e > 0.0:  # e > 0: a subnormal budget makes bottom 0, and 0 / 2 == 0
         if ok(e):
             good = e
             break
@@ -136,6 +136,8 @@ def largest_epsilon(answers: int, state: BudgetState, charge_for: Callable[[floa
     lo, hi = good, refused
     while (hi - lo) > rtol * lo:
         mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:  # adjacent floats: nothing left to split
+            break
         if ok(mid):
             lo = mid
         else:

@@ -31,7 +31,8 @@ def serve(
     settings = _settings(host=host, port=port)
     _configure_logging(settings.log_level)
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, lifespan="on",
+                timeout_graceful_shutdown=settings.shutdown_timeout_seconds)
 
 
 @cli.command()

@@ -416,7 +416,7 @@ def largest_feasible(f: Callable[[float], float], target: float, lo: float, hi: 
         return hi
     a, b = lo, hi
     for _ in range(iters):
-        m = math.sqrt(a * b) if a > 0 else 0.5 * (a + b)
+        m = math.sqrt(a) * math.sqrt(b) if a > 0 else 0.5 * (a + b)  # no underflow of a * b
         if f(m) <= target:
             a = m
         else:

@@ -183,10 +183,15 @@ def calibrate_lambda(epsilon_per_token: float, weight: float, m1: float, m2: flo
     s = 1.0 / m1 + 1.0 / m2
     r = 2.0 * a1 / (s + math.sqrt(s * s + 4.0 * a1 / (m1 * m2)))
     lam = min(r / (1.0 + r), lambda_max)
-    # Rounding must never put us above the budget: step down until the bound holds.
-    while lam > 0.0 and per_token_epsilon(lam, weight, m1, m2) > epsilon_per_token:
-        lam = float(np.nextafter(lam, 0.0)) * (1.0 - 1e-12)
-    return lam
+    # Rounding must never put us above the budget: step down until the bound holds. Each step
+    # doubles the last relative move, so the loop is bounded; lam = 0 (public only) always holds.
+    step = 1e-12
+    for _ in range(64):
+        if lam <= 0.0 or per_token_epsilon(lam, weight, m1, m2) <= epsilon_per_token:
+            return max(lam, 0.0)
+        lam = float(np.nextafter(lam, 0.0)) * (1.0 - min(step, 1.0))
+        step *= 2.0
+    return 0.0
 
 
 def base_distribution(public_logits: np.ndarray, candidates: np.ndarray, uniform_mix: float) -> np.ndarray:

@@ -30,6 +30,25 @@ def positive(x: Any, param: str) -> float:
     return x
 
 
+# The smallest target epsilon a calibration or a charge accepts. Below it the number is
+# representable but meaningless: float64 carries about 16 digits, so such a charge vanishes
+# next to a budget of order 1 (1.0 + 1e-17 == 1.0), and the noise it calls for is over 1e12
+# times the sensitivity. Refused the same way everywhere (PrivacyInputError, HTTP 422).
+MIN_EPSILON = 1e-12
+
+
+def target_epsilon(x: Any, param: str = "target_epsilon") -> float:
+    """A privacy target: finite, > 0 and >= MIN_EPSILON (see above)."""
+    x = positive(x, param)
+    if x < MIN_EPSILON:
+        raise PrivacyInputError(
+            f"must be >= {MIN_EPSILON:g}, got {x:g}: a smaller epsilon vanishes in float64 rounding of a "
+            f"privacy budget (1 + 1e-17 == 1) and calls for noise over 1e12 times the sensitivity",
+            param=param,
+        )
+    return x
+
+
 def nonnegative(x: Any, param: str) -> float:
     x = finite(x, param)
     if x < 0:

@@ -88,7 +88,8 @@ class GaussianEvent(DpEvent):
         return self.count * rdp_gaussian(orders, self.sigma, self.sensitivity)
 
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
-        return self.count * self.sensitivity**2 / (2.0 * self.sigma**2)
+        r = self.sensitivity / self.sigma  # x * x, not x ** 2: overflow gives inf, not OverflowError
+        return self.count * r * r / 2.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class PureDPEvent(DpEvent):
         return self.count * self.epsilon
 
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
-        return self.count * self.epsilon**2 / 2.0  # Bun & Steinke 2016 Prop. 3.3
+        return self.count * self.epsilon * self.epsilon / 2.0  # Bun & Steinke 2016 Prop. 3.3
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class ExponentialMechanismEvent(DpEvent):
         return self.count * self.epsilon
 
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
-        return self.count * self.epsilon**2 / 2.0  # ICLInf Thm C.5, first term
+        return self.count * self.epsilon * self.epsilon / 2.0  # ICLInf Thm C.5, first term
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ class ClipSoftmaxEvent(DpEvent):
         return self.count * 2.0 * self._sens(adjacency)
 
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
-        return self.count * 0.5 * self._sens(adjacency) ** 2  # ICLInf Thm C.2
+        x = self._sens(adjacency)
+        return self.count * 0.5 * x * x  # ICLInf Thm C.2
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,11 @@ def translate_approx_dp(epsilon: float, delta: float, source: Adjacency | str, t
     src, dst = Adjacency.parse(source), Adjacency.parse(target, "to_adjacency")
     if not _check_direction(src, dst, "to_adjacency"):
         return eps, d
-    return 2.0 * eps, min(1.0, (1.0 + math.exp(eps)) * d)
+    if d == 0.0:
+        return 2.0 * eps, 0.0
+    # (1 + e^eps) delta in logs: e^eps overflows above eps = 709.
+    log_d = math.log(d) + eps + math.log1p(math.exp(-eps))
+    return 2.0 * eps, math.exp(min(0.0, log_d))
 
 
 def translate_zcdp(rho: float, source: Adjacency | str, target: Adjacency | str) -> float:

@@ -29,6 +29,7 @@ from app.privacy.gaussian import (
     gaussian_sigma_classical,
 )
 from app.privacy.rdp import convert_rdp, parse_orders
+from app.privacy.solve import tick
 
 _LO, _HI = 1e-12, 1e15  # default search range for continuous parameters
 _MAX_BATCH = 10**15
@@ -81,6 +82,7 @@ def _solve_continuous(
     Returns (p, eps_of(p), iterations); eps_of(p)[0] <= target always.
     """
     def feasible(r: tuple[Any, ...]) -> bool:
+        tick()  # every evaluation is a step: a job's cancel takes effect here
         return r[0] <= target
 
     safe_end, other_end = (lo, hi) if increasing else (hi, lo)
@@ -131,8 +133,8 @@ def _solve_continuous(
                 i_p, g = nxt, nxt
     # Bisection in log space (parameters span many decades).
     while it < max_iter and abs(i_p / f_p - 1.0) > rtol:
-        mid = math.sqrt(f_p * i_p)
-        if mid in (f_p, i_p):
+        mid = math.sqrt(f_p) * math.sqrt(i_p)  # the product could underflow (1e-300 * 1e-30) or overflow
+        if not (min(f_p, i_p) < mid < max(f_p, i_p)):
             break
         r = eps_of(mid)
         it += 1
@@ -163,8 +165,10 @@ def _solve_integer_decreasing(
                 f"target unreachable: epsilon is {r[0]:.6g} > target even at {name} = {hi}", param="target_epsilon"
             )
         lo, f_n = f_n, f_n * 2
+        tick()
     i_n, f_r = lo, r  # i_n infeasible, f_n feasible
     while f_n - i_n > 1:
+        tick()
         mid = (i_n + f_n) // 2
         r = eps_of(mid)
         it += 1
@@ -209,7 +213,7 @@ def calibrate_clip_softmax(
         raise PrivacyInputError(
             f"cannot solve for {solve_for!r} with clip-softmax; use temperature, clip or batch-size", param="solve_for"
         )
-    target = v.positive(target_epsilon, "target_epsilon")
+    target = v.target_epsilon(target_epsilon)
     d = v.delta_open(delta)
     k = v.count(compositions, "compositions", minimum=1)
     grid = parse_orders(orders)
@@ -285,7 +289,7 @@ def calibrate_gaussian(
     rdp: bisection on the RDP bound (Mironov 2017 Prop. 7 + Algorithm 2), reports alpha;
     classical: Dwork & Roth Thm A.1, one release, proven for epsilon < 1 only (warns above).
     """
-    target = v.positive(target_epsilon, "target_epsilon")
+    target = v.target_epsilon(target_epsilon)
     d = v.delta_open(delta)
     sens = v.positive(sensitivity, "sensitivity")
     k = v.count(compositions, "compositions", minimum=1)

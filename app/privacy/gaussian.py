@@ -34,7 +34,7 @@ def gaussian_sigma_classical(
         if strict:
             raise PrivacyInputError(CLASSICAL_WARNING, param="target_epsilon")
         warnings.append(CLASSICAL_WARNING)
-    return s * math.sqrt(2.0 * math.log(1.25 / d)) / e, warnings
+    return _finite_sigma(s * math.sqrt(2.0 * math.log(1.25 / d)) / e), warnings
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0, compositions: int = 1) -> float:
@@ -43,7 +43,12 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0, compo
     s = v.positive(sigma, "sigma")
     sens = v.positive(sensitivity, "sensitivity")
     k = v.count(compositions, "compositions", minimum=1)
-    return gdp_epsilon(math.sqrt(k) * sens / s, delta)
+    try:
+        return gdp_epsilon(math.sqrt(k) * sens / s, delta)
+    except PrivacyInputError as exc:
+        if exc.param != "mu":
+            raise
+        raise PrivacyInputError(f"sigma = {s:g} is too small: {exc.message}", param="sigma") from None
 
 
 def gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0, compositions: int = 1) -> float:
@@ -64,11 +69,29 @@ def gaussian_sigma_analytic(epsilon: float, delta: float, sensitivity: float = 1
     sens = v.positive(sensitivity, "sensitivity")
     k = v.count(compositions, "compositions", minimum=1)
     mu = gdp_mu(e, d)
-    if mu <= 0.0:
-        raise PrivacyInputError("target unreachable: no finite sigma meets it", param="target_epsilon")
-    sigma = math.sqrt(k) * sens / mu
+    scale = math.sqrt(k) * sens
+    sigma = _finite_sigma(scale / mu if mu > 0.0 else math.inf)
     log_d = math.log(d)
-    # Guard the division's rounding: move sigma up until the exact delta is within target.
-    while _log_gdp_delta(math.sqrt(k) * sens / sigma, e) > log_d:
-        sigma = math.nextafter(sigma, math.inf) * (1.0 + 1e-15)
+    # Guard the division's rounding: move sigma up until the rounding-safe delta is within target.
+    # Each step at least doubles the last relative move, so 64 steps cover any factor up to 2.
+    step = 2.0**-52
+    for _ in range(64):
+        if _log_gdp_delta(scale / sigma, e) <= log_d:
+            return sigma
+        sigma = _finite_sigma(sigma * (1.0 + step))
+        step *= 2.0
+    raise PrivacyInputError("could not certify a sigma for this target", param="target_epsilon")
+
+
+def _finite_sigma(sigma: float) -> float:
+    """Refuse a sigma that overflows (the target is representable, the noise it needs is not) or
+    underflows to 0 (a sensitivity below the float range of sigma)."""
+    if sigma == 0.0:
+        raise PrivacyInputError("so small that the noise scale sigma underflows to 0", param="sensitivity")
+    if not math.isfinite(sigma):
+        raise PrivacyInputError(
+            "target too small: the Gaussian noise it needs (sigma) exceeds the largest float64 "
+            "(1.8e308); raise epsilon or delta",
+            param="target_epsilon",
+        )
     return sigma

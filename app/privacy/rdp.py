@@ -97,7 +97,8 @@ def rdp_gaussian(orders: np.ndarray, sigma: float, sensitivity: float = 1.0) -> 
     eps(alpha) = alpha Delta^2 / (2 sigma^2)  (Mironov 2017, Prop. 7)."""
     s = v.positive(sigma, "sigma")
     d = v.nonnegative(sensitivity, "sensitivity")
-    return np.asarray(orders, dtype=float) * (d * d) / (2.0 * s * s)
+    r = d / s  # (d/s)^2, not d^2 / s^2: both squares can overflow to inf / inf = nan
+    return np.asarray(orders, dtype=float) * (r * r / 2.0)
 
 
 def rdp_zcdp(orders: np.ndarray, rho: float) -> np.ndarray:
@@ -127,6 +128,8 @@ def _em_sinh_rdp(orders: np.ndarray, eps: float) -> np.ndarray:
     a = np.asarray(orders, dtype=float)
     if eps == 0.0:
         return np.zeros_like(a)
+    if not math.isfinite(eps):  # no guarantee (e.g. clip / (s tau) overflowed); inf - inf below would be nan
+        return np.full_like(a, math.inf)
     return (_logcosh((a - 0.5) * eps) - _logcosh(np.array(eps / 2.0))) / (a - 1.0)
 
 

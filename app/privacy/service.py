@@ -152,7 +152,8 @@ def calibrate(
             conversion=conversion, lower=lower, upper=upper,
         )
         p = cal.params
-        rho = p["compositions"] * p["sensitivity"] ** 2 / (2.0 * p["sigma"] ** 2)
+        ratio = p["sensitivity"] / p["sigma"]
+        rho = p["compositions"] * ratio * ratio / 2.0
         grid = parse_orders(orders) if m == "rdp" else None
         out = {
             "mechanism": mech,
@@ -261,7 +262,7 @@ def convert(
             raise PrivacyInputError("epsilon and delta are both required", param="epsilon" if epsilon is None else "delta")
         if out_adj != adj:
             raise PrivacyInputError("adjacency translation needs a source guarantee", param="to_adjacency")
-        e_in = v.positive(epsilon, "epsilon")
+        e_in = v.target_epsilon(epsilon, "epsilon")
         d_in = v.delta_open(delta)
         result.update({"source": "approx-dp", "epsilon": e_in, "delta": d_in})
         if k != 1:

@@ -43,6 +43,10 @@ def amplified_epsilon(epsilon: float, rate: float) -> float:
         raise PrivacyInputError(f"sampling rate must be in [0, 1], got {q:g}", param="rate")
     if q == 1.0 or math.isinf(e):
         return e
+    if q == 0.0:
+        return 0.0
+    if e > 1.0:  # log(1 + q(e^eps - 1)) = eps + log q + log1p((1 - q) e^-eps / q): no overflow of e^eps
+        return min(e, e + math.log(q) + math.log1p((1.0 - q) * math.exp(-e) / q))
     return min(e, math.log1p(q * math.expm1(e)))
 
 
@@ -53,4 +57,6 @@ def deamplified_epsilon(amplified: float, rate: float) -> float:
     q = v.positive(rate, "rate")
     if q > 1.0:
         raise PrivacyInputError(f"sampling rate must be in [0, 1], got {q:g}", param="rate")
+    if a > 1.0:  # log(1 + (e^a - 1)/q) = a - log q + log1p((q - 1) e^-a): no overflow of e^a
+        return a - math.log(q) + math.log1p((q - 1.0) * math.exp(-a))
     return math.log1p(math.expm1(a) / q)

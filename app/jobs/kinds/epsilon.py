@@ -14,6 +14,7 @@ import csv
 import io
 import logging
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -24,9 +25,10 @@ from pydantic import BaseModel, Field, RootModel
 # if they move to app.privacy, only this import changes.)
 from app.privacy.schemas import CalibrateRequest, ConvertRequest, EmpiricalRequest
 from app.jobs.context import JobContext
-from app.jobs.errors import JobConfigError
+from app.jobs.errors import JobCancelled, JobConfigError, JobLost, JobShutdown
 from app.jobs.registry import JobKind, register
 from app.privacy import service as privacy
+from app.privacy.solve import checkpoints
 
 log = logging.getLogger("dpicl.jobs.epsilon")
 
@@ -115,12 +117,17 @@ class EpsilonKind(JobKind):
         args = c.model_dump(exclude={"operation"})
         ctx.progress(0.05, f"{op}: computing")
         fn = {"calibrate": privacy.calibrate, "convert": privacy.convert, "empirical": privacy.empirical}[op]
-        result = dict(fn(**args))
+        # Every solver step is a progress point: a cancel or a shutdown stops the math within one step.
+        with checkpoints(ctx.checkpoint):
+            result = dict(fn(**args))
         result["operation"] = op
         ctx.progress(0.5, f"{op}: writing artifacts")
         ctx.add_artifact("result.csv", "text/csv", _scalars_csv(result))
         try:
-            sweep = _sweep(op, args, result)
+            with checkpoints(ctx.checkpoint):
+                sweep = _sweep(op, args, result, ctx.checkpoint)
+        except (JobCancelled, JobShutdown, JobLost):
+            raise
         except Exception as exc:  # a plot never fails the job; say why it is missing
             log.warning("epsilon job %s: no plot (%s)", ctx.job_id, exc)
             result.setdefault("warnings", []).append(f"no plot: {type(exc).__name__}: {exc}")
@@ -141,7 +148,7 @@ class EpsilonKind(JobKind):
         return result
 
 
-def _sweep(op: str, args: dict[str, Any], result: dict[str, Any]):
+def _sweep(op: str, args: dict[str, Any], result: dict[str, Any], checkpoint: Callable[[], None] = lambda: None):
     """The curve around the answer: epsilon against the solved parameter (calibrate) or against delta (convert)."""
     if op == "calibrate":
         param = result["solve_for"].replace("-", "_")
@@ -152,6 +159,7 @@ def _sweep(op: str, args: dict[str, Any], result: dict[str, Any]):
             xs = list(np.geomspace(x0 / 4, x0 * 4, 41))
         ys = []
         for x in xs:
+            checkpoint()
             if result["mechanism"] == "gaussian":
                 r = privacy.convert(sigma=float(x), sensitivity=result["sensitivity"], count=result["compositions"],
                                     delta=result["delta"])
@@ -171,7 +179,7 @@ def _sweep(op: str, args: dict[str, Any], result: dict[str, Any]):
         base = {k: v for k, v in args.items() if k not in ("delta", "epsilon", "to")}
         if args.get("delta") is not None:  # epsilon as a function of delta
             xs = list(np.geomspace(1e-12, 1e-1, 23))
-            ys = [privacy.convert(**base, delta=float(d))["epsilon"] for d in xs]
+            ys = [checkpoint() or privacy.convert(**base, delta=float(d))["epsilon"] for d in xs]
             return [float(x) for x in xs], ys, {
                 "xlabel": "delta", "ylabel": "epsilon", "logx": True,
                 "title": f"{result['source']} x{result['count']}: epsilon against delta",
@@ -179,7 +187,7 @@ def _sweep(op: str, args: dict[str, Any], result: dict[str, Any]):
             }
         e0 = float(result["epsilon"])
         xs = list(np.linspace(max(e0 / 4, 1e-3), max(e0 * 4, 1.0), 31))
-        ys = [privacy.convert(**base, epsilon=float(e))["delta"] for e in xs]
+        ys = [checkpoint() or privacy.convert(**base, epsilon=float(e))["delta"] for e in xs]
         return [float(x) for x in xs], ys, {
             "xlabel": "epsilon", "ylabel": "delta",
             "title": f"{result['source']} x{result['count']}: delta against epsilon",

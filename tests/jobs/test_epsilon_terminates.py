@@ -1,0 +1,69 @@
+"""The ``epsilon`` audit job on tiny epsilon and delta (issue 26, item 1), SQLite and PostgreSQL:
+each job ends within seconds (on the old solvers it ran for ever, ignored cancel and blocked the
+jobs queued behind it), and the math inside a job stops at the next solver step on cancel."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.jobs.errors import JobCancelled
+from app.privacy import service
+from app.privacy.solve import checkpoints
+from tests.jobs.conftest import submit, wait_job
+
+GAUSS = {"mechanism": "gaussian", "solve_for": "sigma"}
+
+
+def test_tiny_epsilon_jobs_end_and_do_not_block_the_queue(client):
+    t0 = time.monotonic()
+    jobs = {
+        "cal-1e-10": submit(client, "epsilon", {**GAUSS, "target_epsilon": 1e-10, "delta": 1e-100}),
+        "cal-1e-17": submit(client, "epsilon", {**GAUSS, "target_epsilon": 1e-17, "delta": 1e-300}),
+        "mu-1e-10": submit(client, "epsilon", {"operation": "convert", "epsilon": 1e-10, "delta": 1e-100, "to": "mu"}),
+        "mu-1e-17": submit(client, "epsilon", {"operation": "convert", "epsilon": 1e-17, "delta": 1e-17, "to": "mu"}),
+    }
+    behind = submit(client, "sleep", {"steps": 1, "step_seconds": 0})
+    done = {k: wait_job(client, j["id"], timeout=60) for k, j in jobs.items()}
+    assert wait_job(client, behind["id"], timeout=60)["status"] == "succeeded"
+    assert time.monotonic() - t0 < 60
+    assert done["cal-1e-10"]["status"] == "succeeded", done["cal-1e-10"]
+    r = done["cal-1e-10"]["result"]
+    assert r["sigma"] > 0 and 0 <= r["epsilon"] <= 1e-10
+    assert done["mu-1e-10"]["status"] == "succeeded" and done["mu-1e-10"]["result"]["mu"] > 0
+    for k in ("cal-1e-17", "mu-1e-17"):  # below the floor: refused, naming the field and saying why
+        j = done[k]
+        assert j["status"] == "failed", j
+        msg = j["error"]["message"]
+        assert "must be >= 1e-12" in msg and ("config.target_epsilon" in msg or "config.epsilon" in msg), j
+
+
+class _Stop:
+    def __init__(self, after: int) -> None:
+        self.calls, self.after = 0, after
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.calls > self.after:
+            raise JobCancelled("job_x")
+
+
+@pytest.mark.parametrize("body", [
+    dict(mechanism="clip-softmax", solve_for="temperature", target_epsilon=1.0, delta=1e-5, clip=1.0, batch_size=10,
+         compositions=1000, orders="2-2000"),
+    dict(mechanism="clip-softmax", solve_for="batch-size", target_epsilon=1.0, delta=1e-5, clip=1.0, temperature=1.0,
+         compositions=1000),
+    dict(mechanism="gaussian", solve_for="sigma", method="rdp", target_epsilon=1.0, delta=1e-5),
+    dict(mechanism="gaussian", solve_for="sigma", target_epsilon=1e-10, delta=1e-100),
+])
+def test_a_cancel_stops_the_math_at_the_next_step(body):
+    # Unhindered, the calibration takes several steps; a check that cancels after 3 stops it there.
+    full = _Stop(10**9)
+    with checkpoints(full):
+        service.calibrate(**body)
+    assert full.calls > 3
+    stop = _Stop(3)
+    with checkpoints(stop), pytest.raises(JobCancelled):
+        service.calibrate(**body)
+    assert stop.calls == 4
