@@ -27,11 +27,13 @@ class Access:
     who: str | tuple[str, ...]  # PUBLIC, UI, or the scopes of which the key needs any one
     owned: bool = False  # the path names a tenant's dataset or job: another tenant's key gets 404
     note: str = ""
+    other: str = ""  # what another tenant's key gets, when not the default of markdown_table
 
 
 ANY = SCOPES  # "any API scope" (not metrics: a scrape key opens nothing else)
 _AUDIT = ("audit", "admin")
 _BROWSE = ("infer", "audit", "admin")
+_NO_DATA = "the same answer (no tenant data)"
 
 ROUTES: tuple[Access, ...] = (
     Access("GET", "/v1/health", PUBLIC, note="readiness; says the effective auth mode"),
@@ -41,10 +43,11 @@ ROUTES: tuple[Access, ...] = (
     Access("GET", "/docs", PUBLIC),
     Access("GET", "/docs/oauth2-redirect", PUBLIC),
     Access("GET", "/redoc", PUBLIC),
-    Access("GET", "/metrics", (METRICS_SCOPE, "admin"), note="cross-tenant totals: a scrape key"),
-    Access("POST", "/v1/privacy/calibrate", ANY),
-    Access("POST", "/v1/privacy/convert", ANY),
-    Access("POST", "/v1/privacy/empirical", ANY),
+    Access("GET", "/metrics", (METRICS_SCOPE, "admin"), note="totals over all tenants: give it a scrape key",
+           other="the same totals"),
+    Access("POST", "/v1/privacy/calibrate", ANY, other=_NO_DATA),
+    Access("POST", "/v1/privacy/convert", ANY, other=_NO_DATA),
+    Access("POST", "/v1/privacy/empirical", ANY, other=_NO_DATA),
     Access("POST", "/v1/datasets", ("admin",)),
     Access("GET", "/v1/datasets", ANY),
     Access("GET", "/v1/datasets/{dataset_id}", ANY, owned=True),
@@ -69,7 +72,8 @@ ROUTES: tuple[Access, ...] = (
     Access("GET", "/v1/audits/{job_id}/artifacts", _AUDIT, owned=True),
     Access("GET", "/v1/audits/{job_id}/artifacts/{name}", _AUDIT, owned=True),
     Access("GET, POST", "/ui, /ui/...", UI, owned=True,
-           note="log in with a key; each page needs the scopes of the API route it shows"),
+           note="log in with a key; a page needs the scopes of the API route it shows; GET/HEAD API "
+                "routes also accept this session's cookie in place of a Bearer key"),
 )
 
 # Paths AuthMiddleware lets through without a key (templates as the routes spell them).
@@ -92,7 +96,7 @@ def markdown_table() -> str:
             "another tenant's key | note |",
             "|---|---|---|---|---|---|"]
     for a in ROUTES:
-        other = "404 (not found)" if a.owned else ("anyone" if a.who == PUBLIC else "its own tenant only")
+        other = a.other or ("404 (not found)" if a.owned else "anyone" if a.who == PUBLIC else "its own tenant's data")
         open_cell = "anyone" if a.who != UI else "anyone, no login"
         rows.append(f"| {a.method} | `{a.path}` | {open_cell} | {keyed_cell(a)} | {other} | {a.note} |")
     return "\n".join(rows) + "\n"
