@@ -74,7 +74,8 @@ class Settings(BaseSettings):
     # Accept caller-supplied noise seeds (tests and audits only; never in production).
     allow_seeded_noise: bool = False
 
-    # API keys: "auto" runs open until the first key exists, then requires keys.
+    # API keys: "auto" runs open until the first key is created, then requires keys for good
+    # (revoking every key does not reopen it; only "open" does). app/api/principal.py.
     auth_mode: Literal["auto", "required", "open"] = "auto"
     # Default privacy budget of a new dataset (per dataset, composed across answers).
     default_budget_epsilon: float = Field(default=8.0, gt=0)

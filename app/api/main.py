@@ -78,7 +78,9 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
-    from app.api import metrics
+    from app.api import auth_middleware, metrics
+
+    auth_middleware.install(app)  # the key before the body (inside the metrics middleware: 401s are timed)
 
     metrics.install(app)  # GET /metrics and the request-latency middleware
     input_guard.install(app)  # NUL / lone surrogates in paths, queries and bodies: 422 (docs/security.md)

@@ -26,11 +26,13 @@ import logging
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from app.api.auth import METRICS_SCOPE, require
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +184,9 @@ class MetricsMiddleware:
 router = APIRouter()
 
 
-@router.get("/metrics", include_in_schema=False)
+# Cross-tenant totals: a key with the metrics scope (or admin) once keyed; docs/security.md has a
+# Prometheus scrape config.
+@router.get("/metrics", include_in_schema=False, dependencies=[Depends(require(METRICS_SCOPE, "admin"))])
 async def metrics(request: Request) -> Response:
     _JOBS.runtime = getattr(request.app.state, "runtime", None)
     data = await run_in_threadpool(generate_latest, REGISTRY)

@@ -1,4 +1,4 @@
-"""``dpicl keys create|list|revoke``: API keys (the first admin key bootstraps a deployment)."""
+"""``dpicl keys create|list|revoke``: API keys (the first key, of any scope, makes an ``auto`` server keyed for good)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _db():
 def create(
     tenant: str = typer.Option("default", help="tenant the key belongs to"),
     name: str = typer.Option("key", help="a label for people"),
-    scopes: str = typer.Option("infer", help="comma-separated: infer,audit,internals,admin"),
+    scopes: str = typer.Option("infer", help="comma-separated: infer,audit,internals,admin,metrics"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Create a key and print it once (only its hash is stored)."""
@@ -78,8 +78,12 @@ def revoke(key_id: str) -> None:
     with db.session() as s:
         ok = keys_repo.revoke(s, key_id)
         s.commit()
+        left = keys_repo.active_count(s)
     db.dispose()
     if not ok:
         typer.echo(f"dpicl: no active key {key_id!r}", err=True)
         raise typer.Exit(2)
     typer.echo(f"revoked {key_id}")
+    if left == 0:
+        typer.echo("no active key is left: the server stays keyed (nobody can call it) until a key is created; "
+                   "only DPICL_AUTH_MODE=open opens it again", err=True)

@@ -26,6 +26,17 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class AuthState(Base):
+    """Facts about authentication that only ever become true. The row ``name="keyed"`` is written with
+    the first API key and never removed: ``DPICL_AUTH_MODE=auto`` then requires keys for good, even
+    once every key is revoked (issue 26); only the operator's ``DPICL_AUTH_MODE=open`` opens it again."""
+
+    __tablename__ = "auth_state"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    set_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class BudgetAccount(Base):
     """A dataset's (epsilon, delta) budget and the running composition of its live charges.
 

@@ -22,7 +22,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from app import __version__
-from app.api.auth import OPEN_MODE_WARNING, SCOPES, Principal, auth_mode, principal_for_key
+from app.api.principal import OPEN_MODE_WARNING, SCOPES, Principal, auth_mode, principal_for_key
 from app.api.errors import APIError, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
 from app.badtext import check_text, text_problem

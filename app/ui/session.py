@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from cryptography.fernet import Fernet, InvalidToken
 from fastapi import Request
 
-from app.api.auth import Principal, auth_mode, hash_key, principal_for_hash
+# app/api/principal.py, not app/api/auth.py: the JSON API's auth imports this module (cookie_principal).
+from app.api.principal import Principal, auth_mode, hash_key, open_principal, principal_for_hash
 
 COOKIE = "dpicl_session"
 
@@ -109,10 +110,7 @@ def session_principal(request: Request, session: Session | None) -> Principal | 
     """The caller of a /ui page: everyone in open mode, else the session's key (if still active)."""
     rt = request.app.state.runtime
     if auth_mode(rt) == "open":
-        from app.api.auth import SCOPES
-        from app.store.base import DEFAULT_TENANT
-
-        return Principal(DEFAULT_TENANT, frozenset(SCOPES), None, open_mode=True)
+        return open_principal()
     if session is None or not session.key_prefix or not session.key_hash:
         return None
     return principal_for_hash(rt, session.key_prefix, session.key_hash)

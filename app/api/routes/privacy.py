@@ -6,16 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
+from app.api.auth import SCOPES, require
 from app.api.errors import APIError
 from app.api.schemas import PrivacyCalibration, PrivacyConversion, PrivacyEmpirical
 from app.privacy import service
 from app.privacy.errors import PrivacyInputError
 from app.privacy.schemas import CalibrateRequest, ConvertRequest, EmpiricalRequest
 
-router = APIRouter(prefix="/v1/privacy", tags=["privacy"])
+# Pure computation on public numbers, but CPU a caller could spend: a key (any API scope) once keyed.
+router = APIRouter(prefix="/v1/privacy", tags=["privacy"], dependencies=[Depends(require(*SCOPES))])
 
 def _call(fn: Callable[..., dict[str, Any]], body: BaseModel) -> dict[str, Any]:
     try:
