@@ -65,6 +65,7 @@ __all__ = [
     "audit_grid",
     "empirical_epsilon",
     "generation_batches",
+    "most_frequent_label",
     "step_distributions",
     "step_loss",
     "theoretical",
@@ -216,6 +217,14 @@ GENERATION_TEMPLATES: dict[str, GenerationTemplate] = {
 }
 
 
+def most_frequent_label(exemplars: Sequence[tuple[str, str]]) -> str:
+    """The output shared by most exemplars (ties: the smallest string), ICLInf D.2's default label."""
+    if not exemplars:
+        raise ValueError("need at least one exemplar")
+    labs, cnt = np.unique([lab for _, lab in exemplars], return_counts=True)
+    return str(labs[int(np.argmax(cnt))])
+
+
 def generation_batches(
     exemplars: Sequence[tuple[str, str]],
     *,
@@ -226,13 +235,14 @@ def generation_batches(
     rng: np.random.Generator,
 ) -> tuple[list[list[str]], list[list[int]], str]:
     """For each sequence, s one-shot prompts from s distinct exemplars of ``label`` (ICLInf D.2 fixes one
-    label; default: the most frequent). Returns (prompts per sequence, exemplar indices, label)."""
+    label; default: the most frequent). Returns (prompts per sequence, exemplar indices, label).
+
+    The error names counts, never the label: for a generation set the "label" is a private output."""
     if label is None:
-        labs, cnt = np.unique([lab for _, lab in exemplars], return_counts=True)
-        label = str(labs[int(np.argmax(cnt))])
+        label = most_frequent_label(exemplars)
     pool = [i for i, (_, lab) in enumerate(exemplars) if lab == label]
     if len(pool) < batch_size:
-        raise ValueError(f"label {label!r} has {len(pool)} exemplars, fewer than the batch size s = {batch_size}")
+        raise ValueError(f"the label has {len(pool)} exemplars, fewer than the batch size s = {batch_size}")
     prompts, indices = [], []
     for _ in range(sequences):
         idx = [pool[int(i)] for i in rng.choice(len(pool), size=batch_size, replace=False)]

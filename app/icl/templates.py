@@ -54,7 +54,7 @@ def as_exemplar(e: Any) -> Exemplar:
     else:
         text, label = getattr(e, "input", None), getattr(e, "output", None)
     if not isinstance(text, str) or not isinstance(label, str):
-        raise TypeError(f"an exemplar must be an (input, label) pair of strings, got {e!r}")
+        raise TypeError(f"an exemplar must be an (input, label) pair of strings, got {type(e).__name__}")
     return text, label
 
 

@@ -84,8 +84,9 @@ def execute_job(
 
     def _crash(exc: BaseException) -> str:
         log.error("job %s (%s) crashed", job_id, kind_name, exc_info=exc)
+        # The exception's type only: its text may quote what the job was working on (exemplar text).
         return fail(
-            f"Internal error while running the {kind_name} job: {type(exc).__name__}: {exc}. "
+            f"Internal error while running the {kind_name} job: {type(exc).__name__}. "
             "This is a bug in dpicl or its environment, not in your config; resubmitting may help "
             "if the cause was transient, otherwise report it with the job id.",
             "internal_error",

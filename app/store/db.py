@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -27,13 +28,34 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+class _NoRowLogging(logging.Filter):
+    """Drops SQLAlchemy's DEBUG "Row (...)" records: result rows hold exemplar text (docs/security.md)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("Row "))
+
+
+_ROW_FILTER = _NoRowLogging()
+
+
+def _quiet_rows() -> None:
+    # SQLAlchemy logs rows on "sqlalchemy.engine.Engine" when that logger is at DEBUG (an operator's
+    # choice); a logger filter applies to the records logged on that logger, which is where rows go.
+    lg = logging.getLogger("sqlalchemy.engine.Engine")
+    if _ROW_FILTER not in lg.filters:
+        lg.addFilter(_ROW_FILTER)
+
+
 def make_engine(url: str) -> Engine:
+    """An engine that never writes bound parameters (exemplar text, keys) into logs or exception
+    messages (``hide_parameters``), nor result rows into DEBUG logs."""
     url = normalize_url(url)
+    _quiet_rows()
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
 
 
 class Database:

@@ -16,7 +16,10 @@ non-private model is a measurement, not a DP claim).
 
 Artifacts: ``iclinf.csv``, ``per_position.csv``, ``per_position.png``,
 ``n_shots.png`` (several n_shots), ``decoding.csv``, ``epsilon.png`` (Figure 6),
-``config.json``. Exemplar text and generated text never enter the result.
+``config.json``. Exemplar text and generated text never enter the result, an error or a log
+line: a decoding cell names its label by text only when it is a declared class label (metadata);
+otherwise (a generation set's output) by ``label_exemplar``, the index of the first exemplar with
+that output, and ``label_exemplars``, their count (docs/security.md, "What never leaves").
 """
 
 from __future__ import annotations
@@ -368,18 +371,23 @@ def _run_decoding(lm: Any, data: dict[str, Any], dc: DecodingConfig, sub, done: 
         GenerationTemplate,
         audit_decoding,
         generation_batches,
+        most_frequent_label,
     )
 
     tpl = GENERATION_TEMPLATES[dc.template] if isinstance(dc.template, str) else GenerationTemplate(
         instruction=dc.template.get("instruction", GENERATION_TEMPLATES["generic"].instruction),
         label_prefix=dc.template.get("label_prefix", "Label: "), text_prefix=dc.template.get("text_prefix", "Text: "))
     pairs = data["train_pairs"] if data["source"] != "registered" else data["all_pairs"]
+    if not pairs:
+        raise JobConfigError("the dataset has no exemplars", param="config.dataset")
+    label = dc.label if dc.label is not None else most_frequent_label(pairs)
+    fields, ref = _label_ref(label, pairs, data["labels"], given=dc.label is not None)
     try:
         batches, _, label = generation_batches(pairs, batch_size=dc.batch_size, sequences=dc.sequences,
-                                               label=dc.label, template=tpl,
+                                               label=label, template=tpl,
                                                rng=np.random.default_rng([dc.seed, 3]))
     except ValueError as exc:
-        raise JobConfigError(str(exc), param="config.decoding.batch_size") from None
+        raise JobConfigError(f"{ref}: {exc}", param="config.decoding.batch_size") from None
     cells = [(t, d) for d in dc.deltas for t in (dc.targets or [None])]
     out = []
     for k, (target, delta) in enumerate(cells):
@@ -395,9 +403,21 @@ def _run_decoding(lm: Any, data: dict[str, Any], dc: DecodingConfig, sub, done: 
                              rng=np.random.default_rng([dc.seed, 4, k]), progress=p)
         done[0] = base + 1
         d = res.to_dict()
-        d["label"] = label
+        d.update(fields)
         out.append(d)
     return out
+
+
+def _label_ref(label: str, pairs: list[tuple[str, str]], declared: list[str], *, given: bool) -> tuple[dict, str]:
+    """How the result and messages name the decoding label. A declared class label is metadata: by its
+    text. Anything else is an exemplar output (a generation set's private text): by the index of the
+    first exemplar that carries it and their count, never by text (docs/security.md)."""
+    if label in declared:
+        return {"label": label}, f"label {label!r}"
+    idx = [i for i, (_, y) in enumerate(pairs) if y == label]
+    if not idx:
+        return {"label_exemplar": None, "label_exemplars": 0}, "config.decoding.label" if given else "the label"
+    return {"label_exemplar": idx[0], "label_exemplars": len(idx)}, f"the output of exemplar {idx[0]}"
 
 
 def _csv(header: list[str], rows: list[list[Any]]) -> bytes:
