@@ -298,9 +298,10 @@ class HFLanguageModel:
         return out.last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Full-vocabulary logits in float32 for hidden states (..., H)."""
+        """Full-vocabulary logits in float32 (float64 for a float64 model) for hidden states (..., H)."""
         with torch.inference_mode():
-            logits = self._lm_head(hidden).float()
+            logits = self._lm_head(hidden)
+            logits = logits if logits.dtype == torch.float64 else logits.float()
             if self._softcap:
                 logits = torch.tanh(logits / self._softcap) * self._softcap
         return logits
@@ -376,7 +377,7 @@ class HFLanguageModel:
         return self._continuation_rows(rows, [list(c) for c in key[1]])
 
     def _next_token_rows(self, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
-        """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) for those tokens only."""
+        """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) float64 for those tokens."""
         return passes.next_token_rows(self, rows, token_ids)
 
     def continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:

@@ -86,9 +86,9 @@ def _graph_batch(lm: Any, rows: Sequence[Sequence[int]]) -> bool:
 
 
 def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
-    """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) for those tokens only."""
+    """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) float64 for those tokens."""
     width = lm.vocab_size if token_ids is None else len(token_ids)
-    out = np.empty((len(rows), width), dtype=np.float32)
+    out = np.empty((len(rows), width), dtype=np.float32 if token_ids is None else np.float64)
     if not rows:
         return out
     picked = None if token_ids is None else torch.as_tensor(list(token_ids), device=lm.device)
@@ -105,7 +105,7 @@ def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[
             last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=lm.device)
             h = hidden[torch.arange(len(chunk), device=lm.device), last]
             lp = torch.log_softmax(lm._logits(h), dim=-1)
-            out[chunk] = (lp if picked is None else lp[:, picked]).cpu().numpy()
+            out[chunk] = (lp if picked is None else lp[:, picked].double()).cpu().numpy()
             lm.stats.reused_tokens += p * len(chunk)
             if len(rows) == 1 and not graph:
                 lm._remember(kv, rows[0])
