@@ -258,16 +258,16 @@ class HFLanguageModel:
                     pos[i, : len(r)] = torch.as_tensor(positions[i], dtype=torch.long)
                 if seg is not None and segs is not None:
                     seg[i, : len(r)] = torch.as_tensor(segs[i], dtype=torch.long)
-        ids, new = ids.to(self.device), new.to(self.device)
         if not keep_cache and kv.physical_length == 0 and self.graphs is not None:
-            seg_t = seg if seg is not None else torch.where(new.cpu() > 0, 0, -1)
+            seg_t = seg if seg is not None else torch.where(new > 0, 0, -1)
             pos_t = pos if pos is not None else torch.arange(s).expand(n, s)
-            hidden = self.graphs.run(ids, pos_t.to(self.device), seg_t.to(self.device))
+            hidden = self.graphs.run(ids.to(self.device), pos_t.to(self.device), seg_t.to(self.device))
             if hidden is not None:
                 self.stats.forward_calls += 1
                 self.stats.forward_tokens += int(new.sum())
                 self.stats.padded_tokens += self.graphs.last_padded_tokens
                 return hidden
+        ids, new = ids.to(self.device), new.to(self.device)
         new_len = new.sum(1)
         if bool(((kv.lengths + new_len) == 0).any()):
             raise RuntimeError("internal: a row with no real token would be fully masked (NaN)")
