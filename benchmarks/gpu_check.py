@@ -204,11 +204,12 @@ def main() -> int:
     graphs: GraphForward | None = None
     if device.type == "cuda":
         opts = GraphOptions(mode="graph", warmup_s=args.warmup_s)
-        graphs = GraphForward(lm._base, device, lm._pad_id, opts)
+        graphs = GraphForward(lm._base, device, lm._pad_id, opts, dtype=dtype)
         summary["graph_warmup"] = graphs.warm()
         summary["graph_warmup"]["captured"] = len(summary["graph_warmup"]["captured"])
     else:  # CPU: the bucketed path runs eagerly (padding and masks only), so the script's logic is exercised
-        graphs = GraphForward(lm._base, device, lm._pad_id, GraphOptions(mode="graph"), capture=False)
+        graphs = GraphForward(lm._base, device, lm._pad_id, GraphOptions(mode="graph"), capture=False,
+                              dtype=dtype)
 
     results: dict[str, Any] = {}
     for workload in WORKLOADS:
@@ -234,7 +235,8 @@ def main() -> int:
         lm32 = random_lm(assets, tiny=args.tiny, device=str(device), dtype=torch.float32,
                          options={"cuda_graphs": "off"})
         g32 = GraphForward(lm32._base, device, lm32._pad_id,
-                           GraphOptions(mode="graph", rows=(8, 16), lengths=(128, 160), warmup_s=30))
+                           GraphOptions(mode="graph", rows=(8, 16), lengths=(128, 160), warmup_s=30),
+                           dtype=torch.float32)
         g32.warm()
         answers, labels = make_answers(lm32, "rnm_8x4", 4, seed=2)
         eq = equality(lm32, g32, answers, labels)
@@ -243,7 +245,8 @@ def main() -> int:
         del lm32, g32
         if args.compile:
             gc = GraphForward(lm._base, device, lm._pad_id,
-                              GraphOptions(mode="compile", rows=(8,), lengths=(128, 160), warmup_s=90))
+                              GraphOptions(mode="compile", rows=(8,), lengths=(128, 160), warmup_s=90),
+                              dtype=dtype)
             summary["compile_warmup"] = gc.warm()
             answers, labels = make_answers(lm, "rnm_8x4", 8, seed=1)
             set_path(lm, "one_pass_graphs", gc)

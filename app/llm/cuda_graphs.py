@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from .passes import segment_mask
+from .passes import attention_mask_4d
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ STRATEGIES = ("auto", "off", "graph", "compile")
 @dataclass(frozen=True)
 class GraphOptions:
     mode: str = "auto"
-    rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     lengths: tuple[int, ...] = (32, 64, 96, 128, 160, 192, 256, 384, 512)
     max_tokens: int = 32768  # rows x length of the largest bucket (memory of the shared pool)
     warmup_s: float = 60.0
@@ -122,6 +122,8 @@ class GraphForward:
     pad_id: int
     opts: GraphOptions
     capture: bool = True
+    attn_impl: str = "sdpa"  # "eager" attention takes an additive float mask, the others a boolean one
+    dtype: torch.dtype = torch.float32
     buckets: dict[tuple[int, int], _Bucket] = field(default_factory=dict)
     last_padded_tokens: int = 0
     warm_report: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +132,10 @@ class GraphForward:
     @property
     def strategy(self) -> str:
         return self.opts.strategy(self.device) if self.capture else "padded-eager"
+
+    def _mask(self, seg: torch.Tensor) -> torch.Tensor:
+        empty = torch.zeros((seg.shape[0], 0), dtype=torch.long, device=seg.device)
+        return attention_mask_4d(empty, seg, self.attn_impl, self.dtype)
 
     def _eager(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
@@ -149,7 +155,7 @@ class GraphForward:
         if shape is None:
             return None
         ids_b, pos_b, seg_b = pad_to_bucket(ids, pos, seg, shape[0], shape[1], self.pad_id)
-        mask_b = segment_mask(seg_b)
+        mask_b = self._mask(seg_b)
         self.last_padded_tokens = shape[0] * shape[1]
         with torch.inference_mode():
             if not self.capture:
@@ -174,7 +180,7 @@ class GraphForward:
         ids = torch.full((rows, length), self.pad_id, dtype=torch.long, device=self.device)
         pos = torch.arange(length, device=self.device).expand(rows, length).contiguous()
         seg = torch.zeros((rows, length), dtype=torch.long, device=self.device)
-        bucket = _Bucket(ids, pos, segment_mask(seg).contiguous())
+        bucket = _Bucket(ids, pos, self._mask(seg).contiguous())
         if self.strategy == "compile":
             fn = torch.compile(lambda i, m, p: self._eager(i, p, m), mode="reduce-overhead", dynamic=False)
             for _ in range(3):  # compile, then record the cudagraph tree
@@ -240,7 +246,7 @@ class GraphForward:
         seg = torch.where(ar[None, :] < lens[:, None], 0, -1)
         pos = ar.expand(rows, length)
         got = self.run(ids, pos, seg)
-        want = self._eager(ids, pos, segment_mask(seg))
+        want = self._eager(ids, pos, self._mask(seg))
         keep = (seg >= 0)[..., None]
         assert got is not None
         got, want = got * keep, want * keep

@@ -166,7 +166,8 @@ class HFLanguageModel:
         graph_opts = GraphOptions.from_options(opts)
         self.graphs: GraphForward | None = None
         if graph_opts.strategy(self.device) != "off" and self._window is None:
-            self.graphs = GraphForward(self._base, self.device, self._pad_id, graph_opts)
+            self.graphs = GraphForward(self._base, self.device, self._pad_id, graph_opts,
+                                       attn_impl=self._attn_impl, dtype=dtype)
             self.graphs.warm()
 
     # ------------------------------------------------------------------ info

@@ -45,7 +45,7 @@ def random_lm(folder: str | Path, *, tiny: bool = True, device: str = "cpu", dty
     config = AutoConfig.from_pretrained(str(folder), **overrides)
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
     model.to(device)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -166,3 +166,25 @@ def test_buckets_and_fallback():
     # On a CPU no graph is ever captured: nothing fits, every pass is eager.
     g = GraphForward(None, torch.device("cpu"), 0, opts)
     assert g.warm()["captured"] == [] and not g.fits(1, 1) and g.run(ids, pos, seg) is None
+
+
+def test_one_pass_with_eager_attention(tiny64, header_prompts):
+    """Models run with transformers' "eager" attention take an additive float mask (attention_mask_4d)."""
+    from app.llm.passes import attention_mask_4d
+
+    m = attention_mask_4d(torch.ones((1, 1), dtype=torch.long), torch.tensor([[0, 1, 2]]), "eager", torch.float64)
+    assert m.shape == (1, 1, 3, 4) and m.dtype == torch.float64
+    assert (m[0, 0] == 0).int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]]
+    with paths(tiny64, fast=True, one_pass=False):
+        want = tiny64.continuation_logprobs(header_prompts, LABELS)
+    old = tiny64._attn_impl
+    tiny64.model.set_attn_implementation("eager")
+    tiny64._attn_impl = "eager"
+    try:
+        with paths(tiny64, fast=True, one_pass=True):
+            got = tiny64.continuation_logprobs(header_prompts, LABELS)
+    finally:
+        tiny64.model.set_attn_implementation(old)
+        tiny64._attn_impl = old
+    # transformers' eager attention takes its softmax in float32 (~4e-6 here); a wrong mask is off by >1e-3.
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
