@@ -40,16 +40,20 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from . import passes
+from .budget import device_token_budgets
+from .chunking import choose_tokens, plan_chunks
+from .cuda_graphs import GraphForward, GraphOptions
 from .decode import DecodeSession
 from .errors import CapabilityError
 from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix, cache_layers
 from .scheduler import BatchScheduler, SchedulerOptions
 from .tenancy import current_tenant
+from .hf_embed import HFEmbedder
 from .types import Capabilities, Generation, ModelSpec
 
 log = logging.getLogger(__name__)
 
-_LM_HEAD_CHUNK = 512  # positions per lm_head call when gathering many positions
 _MERGE_MAX_TOKENS = 32768  # KV row-tokens of one merged decode step (~1.5 GB for a 135M model in float32)
 
 
@@ -101,18 +105,22 @@ class HFLanguageModel:
         self.shared_prefix_pass: str = str(opts.get("shared_prefix_pass", "auto"))
         if self.shared_prefix_pass not in ("auto", "always", "cached"):
             raise ValueError("options.shared_prefix_pass must be auto, always or cached")
-        self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", 8192)))
+        # Token budgets per pass: measured constants on a CPU, from free memory on CUDA (budget.py).
+        budgets = device_token_budgets(self.device, model.config, dtype)
+        self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", budgets.model)))
         # What a forward pass costs beyond its tokens, in tokens: rows of a batch are split into
         # chunks of similar length when the padding saved is worth the extra passes (plan_chunks).
         # CPU: a pass of one token costs ~48 ms, each further token ~3 ms (SmolLM2-135M, 1 thread), so
         # 16. On a GPU a pass is launch-bound and padding nearly free: 0 keeps the fewest passes.
         self.pass_cost_tokens: int = max(0, int(opts.get("pass_cost_tokens", 16 if self.device.type == "cpu" else 0)))
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
-        # Opt-in: continuations of one token each (single-token labels) scored by one next-token pass
-        # per prompt instead of stage 2 over every (prompt, label) pair. The same quantity, but not the
-        # same float32 rounding: it differs from the two-stage path by up to ~2e-5 (the two-stage path
-        # differs from itself by as much between batch shapes); off until that is accepted.
-        self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", False))
+        # Continuations of one token each (single-token labels) scored from one next-token pass per
+        # prompt instead of a second pass over every (prompt, label) pair (passes.py). The same quantity;
+        # float32 rounding differs from the two-stage path by up to ~2e-5, as much as the two-stage path
+        # differs from itself between batch shapes (tests/llm/test_continuation.py). Default since issue 27.
+        self.single_token_fast_path: bool = bool(opts.get("single_token_fast_path", True))
+        # Multi-token continuations in one pass with a prefix-sharing mask (passes.py); False: two stages.
+        self.one_pass_scoring: bool = bool(opts.get("one_pass_scoring", True))
         self.stats = ForwardStats()
         self._lock = threading.RLock()
         sched_opts = SchedulerOptions.from_options(opts)
@@ -122,12 +130,14 @@ class HFLanguageModel:
             # pass is launch-bound and merging large jobs is where batching pays, so no limit there.
             sched_opts = replace(sched_opts,
                                  merge_job_tokens=512 if self.device.type == "cpu" else 0)
+        if sched_opts.max_batch_tokens is None:
+            sched_opts = replace(sched_opts, max_batch_tokens=budgets.scheduler)
         self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts,
                                         model_stats=self.stats.snapshot, run_steps=self._run_steps)
         # Decode steps of concurrent sessions are merged into one forward pass when that pays (see
         # _step_groups and docs/models.md#decode-batching): a merged step may copy this many row-tokens
         # of KV cache (rows x padded length) per forward pass it saves; 0 turns merging off.
-        self.merge_step_tokens: int = max(0, int(opts.get("merge_step_tokens", 3072)))
+        self.merge_step_tokens: int = max(0, int(opts.get("merge_step_tokens", budgets.merge_step)))
         self._tok_lock = threading.Lock()
 
         cfg = model.config.get_text_config()
@@ -138,6 +148,7 @@ class HFLanguageModel:
         self._max_context = getattr(cfg, "max_position_embeddings", None)
         layer_types = getattr(cfg, "layer_types", None) or []
         self._window = getattr(cfg, "sliding_window", None) if "sliding_attention" in layer_types else None
+        self._attn_impl = str(getattr(cfg, "_attn_implementation", None) or "sdpa")
 
         self._pad_id = next(
             (i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None), 0
@@ -151,6 +162,13 @@ class HFLanguageModel:
             if e is not None:
                 eos.add(int(e))
         self.eos_token_ids = frozenset(eos)
+        # Scoring passes replayed from CUDA graphs over bucketed shapes (cuda_graphs.py); None: eager.
+        graph_opts = GraphOptions.from_options(opts)
+        self.graphs: GraphForward | None = None
+        if graph_opts.strategy(self.device) != "off" and self._window is None:
+            self.graphs = GraphForward(self._base, self.device, self._pad_id, graph_opts,
+                                       attn_impl=self._attn_impl, dtype=dtype)
+            self.graphs.warm()
 
     # ------------------------------------------------------------------ info
 
@@ -216,8 +234,14 @@ class HFLanguageModel:
 
     # ---------------------------------------------------------- forward core
 
-    def _forward(self, kv: KVBatch, rows: Sequence[Sequence[int]]) -> torch.Tensor | None:
-        """Append ``rows[i]`` to row ``i`` of ``kv`` (right padded); return the last hidden states (n, S, H)."""
+    def _forward(self, kv: KVBatch, rows: Sequence[Sequence[int]], *, positions: Sequence[Sequence[int]] | None = None,
+                 segs: Sequence[Sequence[int]] | None = None, keep_cache: bool = True) -> torch.Tensor | None:
+        """Append ``rows[i]`` to row ``i`` of ``kv`` (right padded); return the last hidden states (n, S, H).
+
+        ``positions``/``segs`` (per token: position id; segment, passes.segment_mask): a custom
+        prefix-sharing mask instead of the causal one. ``keep_cache=False``: the caller reads only the
+        hidden states, so an empty ``kv`` may run as one captured CUDA graph (cuda_graphs.py).
+        """
         n = kv.n
         assert len(rows) == n
         s = max((len(r) for r in rows), default=0)
@@ -225,10 +249,25 @@ class HFLanguageModel:
             return None
         ids = torch.full((n, s), self._pad_id, dtype=torch.long)
         new = torch.zeros((n, s), dtype=torch.long)
+        pos = torch.zeros((n, s), dtype=torch.long) if positions is not None else None
+        seg = torch.full((n, s), -1, dtype=torch.long) if segs is not None else None
         for i, r in enumerate(rows):
             if r:
                 ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
                 new[i, : len(r)] = 1
+                if pos is not None and positions is not None:
+                    pos[i, : len(r)] = torch.as_tensor(positions[i], dtype=torch.long)
+                if seg is not None and segs is not None:
+                    seg[i, : len(r)] = torch.as_tensor(segs[i], dtype=torch.long)
+        if not keep_cache and kv.physical_length == 0 and self.graphs is not None:
+            seg_t = seg if seg is not None else torch.where(new > 0, 0, -1)
+            pos_t = pos if pos is not None else torch.arange(s).expand(n, s)
+            hidden = self.graphs.run(ids.to(self.device), pos_t.to(self.device), seg_t.to(self.device))
+            if hidden is not None:
+                self.stats.forward_calls += 1
+                self.stats.forward_tokens += int(new.sum())
+                self.stats.padded_tokens += self.graphs.last_padded_tokens
+                return hidden
         ids, new = ids.to(self.device), new.to(self.device)
         new_len = new.sum(1)
         if bool(((kv.lengths + new_len) == 0).any()):
@@ -238,12 +277,16 @@ class HFLanguageModel:
                 f"model {self.name!r} uses sliding-window attention ({self._window} tokens); padded batches longer "
                 f"than the window are not supported: send shorter prompts or one prompt per call"
             )
-        position_ids = kv.lengths[:, None] + torch.arange(s, device=self.device)[None, :]
+        position_ids = (kv.lengths[:, None] + torch.arange(s, device=self.device)[None, :] if pos is None
+                        else pos.to(self.device))
         attention_mask = torch.cat([kv.mask, new], dim=1)
+        mask_in: torch.Tensor = attention_mask
+        if seg is not None:
+            mask_in = passes.attention_mask_4d(kv.mask, seg.to(self.device), self._attn_impl, self.dtype)
         with torch.inference_mode():
             out = self._base(
                 input_ids=ids,
-                attention_mask=attention_mask,
+                attention_mask=mask_in,
                 position_ids=position_ids,
                 past_key_values=kv.cache,
                 use_cache=True,
@@ -256,9 +299,10 @@ class HFLanguageModel:
         return out.last_hidden_state
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Full-vocabulary logits in float32 for hidden states (..., H)."""
+        """Full-vocabulary logits in float32 (float64 for a float64 model) for hidden states (..., H)."""
         with torch.inference_mode():
-            logits = self._lm_head(hidden).float()
+            logits = self._lm_head(hidden)
+            logits = logits if logits.dtype == torch.float64 else logits.float()
             if self._softcap:
                 logits = torch.tanh(logits / self._softcap) * self._softcap
         return logits
@@ -334,28 +378,8 @@ class HFLanguageModel:
         return self._continuation_rows(rows, [list(c) for c in key[1]])
 
     def _next_token_rows(self, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
-        """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) for those tokens only."""
-        width = self._vocab_size if token_ids is None else len(token_ids)
-        out = np.empty((len(rows), width), dtype=np.float32)
-        if not rows:
-            return out
-        picked = None if token_ids is None else torch.as_tensor(list(token_ids), device=self.device)
-        with self._lock:
-            prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1)
-            p = len(prefix) if prefix is not None else 0
-            for chunk in self._chunks([len(rows[i]) - p for i in range(len(rows))], p):
-                kv = KVBatch.from_prefix(prefix, len(chunk), self.device)
-                suffixes = [rows[i][p:] for i in chunk]
-                hidden = self._forward(kv, suffixes)
-                assert hidden is not None  # every row has a token
-                last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=self.device)
-                h = hidden[torch.arange(len(chunk), device=self.device), last]
-                lp = torch.log_softmax(self._logits(h), dim=-1)
-                out[chunk] = (lp if picked is None else lp[:, picked]).cpu().numpy()
-                self.stats.reused_tokens += p * len(chunk)
-                if len(rows) == 1:
-                    self._remember(kv, rows[0])
-        return out
+        """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) float64 for those tokens."""
+        return passes.next_token_rows(self, rows, token_ids)
 
     def continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
         """(B, K) float64: ``sum_j log p(c_kj | prompt_b, c_k<j)``, teacher forced, exact.
@@ -374,62 +398,13 @@ class HFLanguageModel:
         return self.scheduler.submit(("cont", tuple(tuple(c) for c in conts)), prows)
 
     def _continuation_rows(self, prows: list[list[int]], conts: list[list[int]]) -> np.ndarray:
-        """(B, K) float64 continuation scores for prompt token rows (see :meth:`continuation_logprobs`)."""
-        k_count = len(conts)
-        longest_cont = max(len(c) for c in conts)
-        b_count = len(prows)
-        out = np.zeros((b_count, k_count), dtype=np.float64)
+        """(B, K) float64 continuation scores for prompt token rows (see :meth:`continuation_logprobs`):
+        single-token labels from one next-token pass, others in one pass or two stages (passes.py)."""
         if self.single_token_fast_path and all(len(c) == 1 for c in conts):
             return self._next_token_rows(prows, [c[0] for c in conts]).astype(np.float64)
-        # Stage 1 caches each prompt but its last token; stage 2 runs
-        # [last prompt token] + continuation for every (prompt, continuation) pair.
-        stage1 = [r[:-1] for r in prows]
-        with self._lock:
-            prefix = self._shared_prefix(stage1, cap=min(len(s) for s in stage1))
-            p = len(prefix) if prefix is not None else 0
-            lengths = [len(r) - p + longest_cont for r in prows]
-            for group in self._chunks(lengths, p, rows_per_item=k_count, passes=2):
-                kv = KVBatch.from_prefix(prefix, len(group), self.device)
-                s1 = [stage1[b][p:] for b in group]
-                if p == 0 and any(len(x) == 0 for x in s1):
-                    covered = [0] * len(group)  # an empty row would be fully masked: skip stage 1
-                else:
-                    self._forward(kv, s1)
-                    covered = [len(stage1[b]) for b in group]
-                    if b_count == 1:
-                        self._remember(kv, stage1[0])
-                self.stats.reused_tokens += p * len(group)
-                pair_kv = kv.select([g for g in range(len(group)) for _ in range(k_count)]) if k_count > 1 else kv
-                self.stats.reused_tokens += (k_count - 1) * sum(covered)
-                rows2: list[list[int]] = []
-                row_idx: list[int] = []
-                pos_idx: list[int] = []
-                targets: list[int] = []
-                owner: list[int] = []
-                for gi, b in enumerate(group):
-                    offset = len(prows[b]) - 1 - covered[gi]
-                    for k, c in enumerate(conts):
-                        r = len(rows2)
-                        rows2.append(prows[b][covered[gi]:] + c)
-                        for j, t in enumerate(c):
-                            row_idx.append(r)
-                            pos_idx.append(offset + j)
-                            targets.append(t)
-                            owner.append(gi * k_count + k)
-                hidden = self._forward(pair_kv, rows2)
-                assert hidden is not None  # every pair row has a token
-                totals = torch.zeros(len(rows2), dtype=torch.float64)
-                ri = torch.as_tensor(row_idx, device=self.device)
-                pi = torch.as_tensor(pos_idx, device=self.device)
-                tt = torch.as_tensor(targets, device=self.device)
-                ow = torch.as_tensor(owner)
-                for a in range(0, len(targets), _LM_HEAD_CHUNK):
-                    sl = slice(a, a + _LM_HEAD_CHUNK)
-                    lp = torch.log_softmax(self._logits(hidden[ri[sl], pi[sl]]), dim=-1)
-                    tok_lp = lp.gather(1, tt[sl, None]).squeeze(1).double().cpu()
-                    totals.index_add_(0, ow[sl], tok_lp)
-                out[group] = totals.view(len(group), k_count).numpy()
-        return out
+        if self.one_pass_scoring and self._window is None:  # a custom mask would bypass a sliding window
+            return passes.continuation_one_pass(self, prows, conts)
+        return passes.continuation_two_stage(self, prows, conts)
 
     # ------------------------------------------------------------ decoding
 
@@ -623,7 +598,7 @@ class HFLanguageModel:
         active = list(range(n))
         logits = session._logits_t
         for step in range(max_new_tokens):
-            chosen = _choose_tokens(logits, temperature, top_p, generator)
+            chosen = choose_tokens(logits, temperature, top_p, generator)
             lengths = session.lengths
             keep: list[int] = []
             for j, b in enumerate(active):
@@ -667,133 +642,4 @@ class HFLanguageModel:
         return f"HFLanguageModel(name={self.name!r}, device={self.device}, dtype={self.dtype})"
 
 
-def plan_chunks(lengths: Sequence[int], fixed: int, *, rows_per_item: int, max_tokens: int,
-                chunk_cost: int) -> list[list[int]]:
-    """Item indices grouped into forward-pass chunks, each a run of the items sorted by length.
-
-    Every chunk of more than one item keeps ``items x rows_per_item x (fixed + its longest length)``
-    within ``max_tokens``. With ``chunk_cost`` 0 the chunks are filled greedily (fewest passes). With a
-    positive ``chunk_cost`` (what one more chunk costs, in tokens) the split minimises the tokens
-    computed, padding included (items x the chunk's longest length), plus ``chunk_cost`` per chunk:
-    a batch of rows of very different lengths runs as a few passes of similar lengths instead of one
-    pass padded to the longest row (exact dynamic programme over the sorted lengths).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    if not order:
-        return []
-    ls = [int(lengths[i]) for i in order]
-
-    def fits(m: int, longest: int) -> bool:
-        return m == 1 or m * rows_per_item * (fixed + longest) <= max_tokens
-
-    if chunk_cost <= 0:
-        chunks: list[list[int]] = []
-        cur: list[int] = []
-        for i, n in zip(order, ls):  # ascending, so n is the longest in the chunk so far
-            if cur and not fits(len(cur) + 1, n):
-                chunks.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            chunks.append(cur)
-        return chunks
-    inf = float("inf")
-    best = [0.0] + [inf] * len(ls)  # best[j]: least cost of the first j sorted items
-    cut = [0] * (len(ls) + 1)
-    for j in range(1, len(ls) + 1):
-        longest = ls[j - 1]
-        for i in range(j - 1, -1, -1):  # the last chunk holds sorted items i .. j-1
-            if not fits(j - i, longest):
-                break
-            cost = best[i] + chunk_cost + (j - i) * longest
-            if cost <= best[j]:  # ties: the larger last chunk (fewer passes)
-                best[j], cut[j] = cost, i
-    out: list[list[int]] = []
-    j = len(ls)
-    while j > 0:
-        out.append(order[cut[j]:j])
-        j = cut[j]
-    return out[::-1]
-
-
-def _choose_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> list[int]:
-    if temperature == 0.0:
-        return logits.argmax(dim=-1).tolist()
-    probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, idx = probs.sort(dim=-1, descending=True)
-        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p  # keep the smallest set reaching top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).tolist()
-
-
-class HFEmbedder:
-    """A sentence-transformers model behind the :class:`~app.llm.types.Embedder` protocol."""
-
-    backend = "hf"
-
-    def __init__(self, spec: ModelSpec, model: Any, *, device: torch.device | str, dtype: torch.dtype):
-        self.name = spec.name
-        self.spec = spec
-        self.model = model
-        self.device = torch.device(device)
-        self.dtype = dtype
-        opts = dict(spec.options or {})
-        self.batch_size = int(opts.get("embed_batch_size", 64))
-        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        self._dim = int(get_dim())
-        self._lock = threading.Lock()
-        # Concurrent embed calls are coalesced like scoring calls (one tenant per batch by default). A
-        # job's rows are its texts as Unicode code points (exact, and what sentence-transformers
-        # tokenizes), so the scheduler's max_batch_tokens counts characters here.
-        self.scheduler = BatchScheduler(spec.name, self._run_batch, SchedulerOptions.from_options(opts))
-
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            backend=self.backend,
-            full_vocab_logprobs=False,
-            continuation_scoring=False,
-            generation=False,
-            chat_template=False,
-            embeddings=True,
-            max_context=getattr(self.model, "max_seq_length", None),
-            vocab_size=None,
-            embedding_dim=self._dim,
-            device=str(self.device),
-            dtype=str(self.dtype).removeprefix("torch."),
-        )
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """(N, D) float32, unit L2 norm (texts longer than the model's max length are truncated)."""
-        if isinstance(texts, str):
-            raise TypeError("texts must be a sequence of strings, not one string")
-        if len(texts) == 0:
-            return np.zeros((0, self._dim), dtype=np.float32)
-        return self.scheduler.submit(("embed",), [[ord(ch) for ch in str(t)] for t in texts])
-
-    def _run_batch(self, key: Hashable, rows: list[list[int]]) -> np.ndarray:
-        return self._encode(["".join(map(chr, r)) for r in rows])
-
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        with self._lock, torch.inference_mode():
-            emb = self.model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=False,
-                show_progress_bar=False,
-            )
-        emb = np.asarray(emb, dtype=np.float64)
-        norms = np.linalg.norm(emb, axis=1, keepdims=True)
-        return (emb / np.maximum(norms, 1e-12)).astype(np.float32)
-
-    def close(self) -> None:
-        self.scheduler.close()
-
-    def __repr__(self) -> str:
-        return f"HFEmbedder(name={self.name!r}, dim={self._dim}, device={self.device})"
+__all__ = ["ForwardStats", "HFEmbedder", "HFLanguageModel", "plan_chunks"]

@@ -49,7 +49,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -72,10 +72,15 @@ class DeadlineExceeded(Overloaded, TimeoutError):
     """The job waited in the queue past its deadline and was dropped (no work was done)."""
 
 
+DEFAULT_BATCH_TOKENS = 4096
+
+
 @dataclass(frozen=True)
 class SchedulerOptions:
     enabled: bool = True
-    max_batch_tokens: int = 4096  # row tokens (prompt tokens of every row) per coalesced batch
+    # Row tokens (prompt tokens of every row) per coalesced batch. None: the model's default (hf:
+    # 4096 on CPU, from the device's memory on CUDA, app/llm/budget.py; others 4096).
+    max_batch_tokens: int | None = None
     max_wait_ms: float = 0.0  # how long the oldest job may wait for company; 0: never wait
     max_queue: int = 64  # interactive jobs queued per model before Overloaded
     isolate_tenants: bool = True
@@ -90,7 +95,7 @@ class SchedulerOptions:
         if unknown:
             raise ValueError(f"options.scheduler: unknown keys {sorted(unknown)}")
         out = cls(**o)
-        if out.max_batch_tokens < 1 or out.max_queue < 1 or out.max_wait_ms < 0:
+        if (out.max_batch_tokens is not None and out.max_batch_tokens < 1) or out.max_queue < 1 or out.max_wait_ms < 0:
             raise ValueError("options.scheduler: max_batch_tokens and max_queue must be >= 1, max_wait_ms >= 0")
         if out.merge_job_tokens is not None and (isinstance(out.merge_job_tokens, bool)
                                                  or not isinstance(out.merge_job_tokens, int)
@@ -142,6 +147,9 @@ class BatchScheduler:
                  *, model_stats: Callable[[], dict[str, int]] | None = None,
                  run_steps: Callable[[list[tuple[Any, list[int]]]], list[Any]] | None = None):
         self.name = name
+        if opts.max_batch_tokens is None:
+            opts = replace(opts, max_batch_tokens=DEFAULT_BATCH_TOKENS)
+        self.max_batch_tokens: int = int(opts.max_batch_tokens or DEFAULT_BATCH_TOKENS)
         self.model_stats = model_stats  # the model's own counters (hf: ForwardStats), for /metrics
         self.opts = opts
         self._run = run
@@ -278,7 +286,7 @@ class BatchScheduler:
         if self.opts.max_wait_ms > 0:
             until = self._queue[0].enqueued + self.opts.max_wait_ms / 1000
             while (time.monotonic() < until and not self._closed
-                   and sum(j.tokens for j in self._queue) < self.opts.max_batch_tokens):
+                   and sum(j.tokens for j in self._queue) < self.max_batch_tokens):
                 self._cond.wait(max(0.0, until - time.monotonic()))
         first = self._queue[0]
         key = self._batch_key(first)
@@ -289,7 +297,7 @@ class BatchScheduler:
             for job in list(self._queue)[1:]:
                 if self._batch_key(job) != key or not (steps or self._merges(job)):
                     continue
-                if not steps and tokens + job.tokens > self.opts.max_batch_tokens:
+                if not steps and tokens + job.tokens > self.max_batch_tokens:
                     break
                 batch.append(job)
                 tokens += job.tokens

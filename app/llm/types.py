@@ -35,14 +35,19 @@ class ModelSpec:
       "cached": a batch's uncached common prefix in a pass of its own; auto = always on
       CPU, cached on CUDA), ``prefix_cache_tokens`` (int, LRU
       budget in tokens, default 4096), ``min_prefix_tokens`` (int, default 8),
-      ``max_batch_tokens`` (int, default 8192: rows x sequence length per forward
-      pass, KV included), ``num_threads`` (int: ``torch.set_num_threads``),
+      ``max_batch_tokens`` (int, default 8192 on CPU, from free memory on CUDA
+      (app/llm/budget.py): rows x sequence length per forward pass, KV included), ``num_threads`` (int: ``torch.set_num_threads``),
       ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
       source), ``embed_batch_size`` (int, default 64), ``local_files_only`` (bool),
-      ``scheduler`` (dict: ``enabled``, ``max_batch_tokens``, ``max_wait_ms``, ``max_queue``,
+      ``single_token_fast_path`` (bool, default True: single-token labels from one next-token pass),
+      ``one_pass_scoring`` (bool, default True: multi-token labels in one pass with a prefix-sharing
+      mask; app/llm/passes.py), ``cuda_graphs`` ("auto" | "off" | "graph" | "compile", or a dict with
+      ``mode``, ``rows``, ``lengths``, ``max_tokens``, ``warmup_s``; app/llm/cuda_graphs.py),
+      ``scheduler`` (dict: ``enabled``, ``max_batch_tokens`` (default 4096 on CPU, the model's on CUDA),
+      ``max_wait_ms``, ``max_queue``,
       ``isolate_tenants``, ``merge_job_tokens`` (default 512 on CPU, 0 = no limit on GPU: a scoring job
       of more row tokens runs alone); app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int,
-      default 3072: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never
+      default 3072 on CPU, scaled with the token budget on CUDA: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never
       merge; docs/models.md#decode-batching), ``pass_cost_tokens`` (int, default 16 on CPU, 0 on GPU:
       the cost of one more forward pass in tokens, against which a batch's padding is weighed when it is
       split into chunks; 0: fewest chunks).

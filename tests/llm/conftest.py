@@ -59,3 +59,8 @@ def reference_next_logprobs(lm, token_ids: list[int]) -> np.ndarray:
     with torch.inference_mode():
         logits = lm.model(input_ids=torch.tensor([token_ids])).logits[0, -1]
     return torch.log_softmax(logits.double(), dim=-1).numpy()
+
+
+def model_folder(lm) -> str:
+    """The folder the bundled model was loaded from (its converted cache: config and tokenizer files)."""
+    return str(lm.model.name_or_path)
