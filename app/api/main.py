@@ -80,11 +80,13 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     install_error_handlers(app)
     from app.api import auth_middleware, metrics
 
-    auth_middleware.install(app)  # the key before the body (inside the metrics middleware: 401s are timed)
-
-    metrics.install(app)  # GET /metrics and the request-latency middleware
-    input_guard.install(app)  # NUL / lone surrogates in paths, queries and bodies: 422 (docs/security.md)
+    # Middleware: the last installed runs first. Outermost to innermost: metrics (times every answer, 401s
+    # included), the key (before anything reads the body or looks at the input: no key, no work), bad bytes
+    # in paths and queries (422), the body limit (413 before or while the body is read).
     body_limit.install(app, settings)  # DPICL_MAX_BODY_BYTES / DPICL_MAX_UPLOAD_BYTES: 413 (docs/security.md)
+    input_guard.install(app)  # NUL / lone surrogates in paths, queries and bodies: 422 (docs/security.md)
+    auth_middleware.install(app)  # the key before the body (docs/security.md#who-may-call-what)
+    metrics.install(app)  # GET /metrics and the request-latency middleware
     for r in ROUTERS:
         app.include_router(r)
     # Start-up/shutdown work of the job runner (appends to app.state.startup_hooks).
