@@ -190,6 +190,20 @@ def _generation_dataset(c: DatasetConfig):
     return ex, heldout, template
 
 
+def _query_labels(config: CanaryMIAConfig) -> int:
+    """How many labels the attack query votes over (task labels plus the strategy's literals and the
+    canary's label), as ``run`` resolves it; no model is needed."""
+    from app.audit.canaries import Canary
+    from app.audit.queries import resolve_query
+
+    ex, labels, _, template = _dataset(config.dataset)
+    canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
+    try:
+        return len(resolve_query(config.query or "inquiry", canary, labels, ex[:config.dataset.size], template).labels)
+    except (ValueError, TypeError) as exc:
+        raise JobConfigError(str(exc), param="config.query") from None
+
+
 def _served(ctx: JobContext, name: str | None, kind: str, param: str):
     try:
         return ctx.runtime.get_model(name, kind)
@@ -290,25 +304,34 @@ class CanaryMIAKind(JobKind):
                                  param="config.target.mechanism")
         n = config.dataset.size
         params = dict(t.params)
+        if t.type == "simulated":  # simulated votes: T partitions of one shot (the job's own default)
+            params.setdefault("partitions", 4)
 
-        def noise_for(parts: int):  # a candidate design keeps the context: shots = size // partitions
-            shots = {"shots_per_partition": max(1, n // parts)} if "shots_per_partition" in params else {}
-            return rnm_noise({**params, "partitions": parts, **shots}, max(n, parts))
+        def noise_for(parts: int, shots: int):
+            return rnm_noise({**params, "partitions": parts, "shots_per_partition": shots}, max(n, parts * shots))
 
-        parts0 = int(params.get("partitions") or max(1, n // int(params.get("shots_per_partition") or 1)))
-        base = noise_for(parts0)
-        claim = float(claimed_epsilon if claimed_epsilon is not None else base.epsilon)
-        tms = 2 if (config.threat_model == "both" and (t.white_box or t.type != "remote")) else 1
-        conf = 1.0 - (1.0 - config.confidence) / tms  # the campaign's Bonferroni per threat model
-        delta = float(config.delta if config.delta is not None else base.delta)
         try:
-            out = plan_audit(noise_for, labels=2, partitions=parts0,
-                             claimed_epsilon=claim, confidence=conf, delta=delta,
+            shots0 = int(params.get("shots_per_partition") or 1)
+            parts0 = int(params.get("partitions") or max(1, n // shots0))
+            base = noise_for(parts0, shots0) if parts0 * shots0 <= n else noise_for(1, 1)
+        except (ValueError, TypeError) as exc:
+            raise JobConfigError(str(exc), param="config.target.params") from None
+        claim = float(claimed_epsilon if claimed_epsilon is not None else base.epsilon)
+        offers_wb = t.white_box or t.type != "remote"
+        tms = 2 if (config.threat_model == "both" and offers_wb) else 1
+        delta = float(config.delta if config.delta is not None else base.delta)
+        labels = _query_labels(config)
+        try:
+            out = plan_audit(noise_for, labels=labels, exemplars=n, partitions=parts0, shots_per_partition=shots0,
+                             claimed_epsilon=claim, confidence=config.confidence, delta=delta,
                              alternatives=list(config.power.alternatives), min_detection=config.power.min_detection,
-                             white_box=t.white_box or t.type != "remote", seconds_per_trial=seconds_per_trial)
+                             threat_models=tms, floor=labels == 2 and t.defence != "L3", white_box=offers_wb,
+                             seconds_per_trial=seconds_per_trial)
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.target.params") from None
-        out["notes"].append("planned for a two-label attack query; the job's power report uses the real labels")
+        out["notes"].append(f"planned for the query's {labels} labels, dataset.size {n} exemplars and "
+                            f"{tms} threat model(s) (Bonferroni); a design sets target.params partitions and "
+                            "shots_per_partition")
         return out
 
     def _trials(self, ctx: JobContext, config: CanaryMIAConfig) -> tuple[int, dict[str, Any] | None]:
