@@ -115,9 +115,12 @@ class CanaryMIAConfig(JSONBody):
     max_tokens: int = Field(default=24, ge=1, le=256, description="generation: tokens per answer")
     insertion: Literal["contextleak", "paired"] = "paired"
     threat_model: Literal["black-box", "white-box", "both"] = "both"
-    mode: Literal["direct", "bootstrap"] = "direct"
+    mode: Literal["direct", "bootstrap", "sequential"] = Field(
+        default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
+        "(app.audit.sequential; classification)")
     trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
-        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives")
+        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives; "
+        "sequential: the cap ('auto': 10000)")
     power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
     n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
@@ -244,6 +247,12 @@ class CanaryMIAKind(JobKind):
                 egress.check_url(config.target.url, settings, field="config.target.url")
             except egress.EgressRefused as exc:
                 raise JobConfigError(str(exc), param="config.target.url") from None
+        if config.mode == "sequential" or config.task != "synthesize":
+            from app.jobs.kinds.canary_design import check_runnable, check_sequential
+
+            if config.mode == "sequential":
+                check_sequential(config)
+            check_runnable(config)
         if config.task == "generation":
             self._check_generation(config)
             return
@@ -274,7 +283,7 @@ class CanaryMIAKind(JobKind):
                 "the gateway's own noise: set target.white_box (the gateway's noisy votes are then tested against the "
                 "claim, app.audit.conformance), or use mode direct with trials from POST /v1/audits/plan",
                 param="config.mode")
-        if config.trials == "auto":
+        if config.trials == "auto" and config.mode != "sequential":
             if config.mode != "direct":
                 raise JobConfigError("trials 'auto' plans direct-mode trials; bootstrap uses n_llm/n_sample",
                                      param="config.trials")
@@ -353,6 +362,10 @@ class CanaryMIAKind(JobKind):
         it; pass: neither, and the audit had the power to see a violation (``result["power"]``);
         inconclusive otherwise. The reason goes to ``result["verdict_reason"]``."""
         claim = claimed_epsilon if claimed_epsilon is not None else result.get("epsilon_claimed")
+        if result.get("mode") == "sequential":
+            from app.jobs.kinds import canary_seq
+
+            return canary_seq.verdict(result, claim)  # type: ignore[return-value]
         # delta is an input of the bound (config.delta), not a measurement: the verdict is on epsilon.
         v = epsilon_verdict(result.get("epsilon"), None, claim, None)
         if v is None:
@@ -433,6 +446,13 @@ class CanaryMIAKind(JobKind):
                 vw[attack.positive_index], vw[other] = 1, parts - 1
                 vo[other] = parts
             target = SimulatedVotingTarget(vw, vo, noise)
+        if config.mode == "sequential":
+            from app.audit.campaign import _partitions
+            from app.jobs.kinds import canary_seq
+
+            out = canary_seq.run(ctx, config, target, exemplars, attack, rng, _partitions(target, len(exemplars)))
+            ctx.progress(1.0, "done")
+            return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", labels, template, rng)
         if isinstance(target, MechanismTarget) and target.defence != "none":
             out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,
