@@ -32,8 +32,8 @@ batch and stop when it likes.
 * Cap: neither by the cap: inconclusive, with the e-values reached.
 
 Bets: online Newton step on the betting fraction (Cutkosky & Orabona 2018, as in the
-betting confidence sequences of Waudby-Smith & Ramdas 2023), clipped to [0, 1/2] of
-the largest bet that cannot ruin the bettor: a predictable strategy, so each
+betting confidence sequences of Waudby-Smith & Ramdas 2023), clipped to [0, 0.9] of
+the largest bet that cannot ruin the bettor (B_MAX): a predictable strategy, so each
 wealth process is a test supermartingale under its null.
 """
 
@@ -52,17 +52,19 @@ from app.audit.noise import VotingNoise
 from app.audit.power import ALTERNATIVES, TIES, alternative_noise, claimed_noise, design_votes, release_probability
 
 Progress = Callable[[float, str], None]
-DEFAULT_BATCH_PAIRS = 10
+DEFAULT_BATCH_PAIRS = 4
 DEFAULT_CAP = 10_000  # trials, for trials "auto"
 _ONS = 2.0 / (2.0 - math.log(3.0))
 _LOG_MAX = 700.0
+B_MAX = 0.9
 
 
 class BettingEProcess:
     """Wealth of a bettor against H0: E[Y_t | past, m_t] <= m_t (``side=+1``) or >= m_t (``side=-1``),
     Y_t in [0, 1]. Payoff u = side (y - m) / r with r the most a bet can lose (m or 1 - m), so
-    u >= -1 and the factor 1 + b u > 0 for a fraction b in [0, 1/2]: under H0 the wealth is a
-    nonnegative supermartingale (E[1 + b u] <= 1), P(sup wealth >= 1/alpha) <= alpha (Ville)."""
+    u >= -1 and the factor 1 + b u > 0 for a fraction b in [0, B_MAX], B_MAX < 1: under H0 the
+    wealth is a nonnegative supermartingale (E[1 + b u] <= 1), P(sup wealth >= 1/alpha) <= alpha
+    (Ville). B_MAX near 1 lets a gross violation (every bet won) grow the wealth fastest."""
 
     __slots__ = ("side", "log_wealth", "b", "a")
 
@@ -75,7 +77,7 @@ class BettingEProcess:
         self.log_wealth = min(_LOG_MAX, self.log_wealth + math.log1p(self.b * u))
         z = -u / (1.0 + self.b * u)  # d/db of -log(1 + b u): ONS step on the betting fraction
         self.a += z * z
-        self.b = min(0.5, max(0.0, self.b - _ONS * z / self.a))
+        self.b = min(B_MAX, max(0.0, self.b - _ONS * z / self.a))
 
     @property
     def e(self) -> float:
@@ -172,8 +174,8 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
         from app.audit.conformance import min_release_probability
 
         floor = min_release_probability(claimed_noise(noise), partitions)
-        components = [("accuracy", 0.5, acc)] + [(f"release_floor_{lab}", 0.25, BettingEProcess(-1))
-                                                 for lab in attack.labels]
+        components = [("accuracy", 1 / 3, acc)] + [(f"release_floor_{lab}", 1 / 3, BettingEProcess(-1))
+                                                   for lab in attack.labels]
     alts = [] if noise is None else [_Alternative(a, claimed_noise(noise), pos, draws) for a in alternatives]
     notes: list[str] = []
     if noise is None and alternatives:
@@ -216,9 +218,10 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
             x = 0.5 * (float(rel[True] == pos) + float(rel[False] != pos))
             correct += x
             acc.update(x, p0)
-            if floor is not None:
+            if floor is not None:  # the floor holds for every trial, with or without the canary: bet on each
                 for i, (_, _, proc) in enumerate(components[1:]):
-                    proc.update(0.5 * (float(rel[True] == i) + float(rel[False] == i)), floor)
+                    proc.update(float(rel[True] == i), floor)
+                    proc.update(float(rel[False] == i), floor)
         ev = e_viol()
         ea = {a.name: a.e for a in alts}
         history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
