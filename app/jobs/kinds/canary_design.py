@@ -44,6 +44,10 @@ def _white_box_runs(config: Any) -> bool:
 def check_runnable(config: Any) -> None:
     """The design fits the dataset, and the trials can fill the white-box threshold split."""
     t = config.target
+    ds = config.dataset
+    if ds.exemplars is not None and len(ds.exemplars) < ds.size:
+        raise JobConfigError(f"the dataset has {len(ds.exemplars)} exemplars, fewer than size {ds.size}",
+                             param="config.dataset.size")
     if config.task == "classification" and t.mechanism == "rnm" and t.type != "simulated":
         p = t.params
         try:
