@@ -141,8 +141,9 @@ def plan_audit(noise_for: Callable[[int, int], VotingNoise], *, labels: int, exe
     for a in alternatives:
         if a not in ALTERNATIVES or a == "claimed":
             raise ValueError(f"unknown alternative {a!r}")
-    common = {"labels": labels, "claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta,
-              "alternatives": list(alternatives), "min_detection": min_detection, "max_trials": max_trials}
+    common: dict[str, Any] = {"labels": labels, "claimed_epsilon": claimed_epsilon, "confidence": confidence,
+                              "delta": delta, "alternatives": list(alternatives), "min_detection": min_detection,
+                              "max_trials": max_trials}
 
     def black_box(t: int, shots: int) -> DesignPlan:
         return plan_black_box(noise_for(t, shots), partitions=t, threat_models=threat_models, floor=floor,
