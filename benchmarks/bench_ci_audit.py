@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ci_audit.py                   # claim epsilon 1, detect noise x 1/4 with P >= 0.9
     python benchmarks/bench_ci_audit.py --epsilon 2 --json
+    python benchmarks/bench_ci_audit.py --compare --json  # fixed design vs sequential (issue 28)
 
 Target (issue 14): a CI audit that detects sigma/4 at claimed epsilon 1 with probability >= 0.9
 finishes in under 5 minutes on the 2-core machine against a fast gateway. The gateway is
@@ -45,7 +46,22 @@ def main() -> None:
     ap.add_argument("--alternative", default="noise_quarter")
     ap.add_argument("--min-detection", type=float, default=0.9)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compare", action="store_true", help="fixed design vs sequential: model calls, time, "
+                    "verdicts (benchmarks/ci_sequential_compare.py)")
+    ap.add_argument("--sim-reps", type=int, default=200)
+    ap.add_argument("--gateway-reps", type=int, default=3)
     a = ap.parse_args()
+    if a.compare:
+        import torch
+
+        torch.set_num_threads(1)
+        from benchmarks.ci_sequential_compare import compare
+
+        t0 = time.perf_counter()
+        res = compare(sim_reps=a.sim_reps, gw_reps=a.gateway_reps)
+        res["seconds"] = time.perf_counter() - t0
+        print(json.dumps(res, indent=2))
+        return
     tmp = tempfile.mkdtemp(prefix="dpicl-bench-ci-")
     port = _port()
     env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/bench.db", "DPICL_LOAD_MODELS": "false",

@@ -454,6 +454,13 @@ else:
     JobStatus = Literal[JOB_STATUSES]
 
 
+class JobQueue(_Out):
+    position: int = Field(description="1: the next job a runner takes")
+    ahead: int
+    running: int
+    waiting_for: str
+
+
 class AuditJob(_Open):
     id: str
     object: Literal["audit.job"]
@@ -477,6 +484,7 @@ class AuditJob(_Open):
     heartbeat_at: str | None
     artifacts: list[ArtifactObject]
     webhook: JobWebhook | None
+    queue: JobQueue | None = Field(default=None, description="queued jobs (GET of one job): its place in the queue")
 
 
 class AuditJobList(_Out):

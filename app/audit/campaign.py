@@ -167,7 +167,9 @@ def run_campaign(
     tms = tuple(t for t in config.threat_models if t == "black-box" or target.white_box)
     if not tms:
         raise ValueError(f"target {target.name} offers no threat model of {config.threat_models}")
-    per_conf = 1.0 - (1.0 - config.confidence) / len(tms)  # Bonferroni over threat models
+    from app.audit.power import per_threat_model_confidence
+
+    per_conf = per_threat_model_confidence(config.confidence, len(tms))  # Bonferroni over threat models
     notes: list[str] = []
     if len(tms) > 1:
         notes.append(f"each threat model's bound at confidence {per_conf:g} (Bonferroni), so that the "
@@ -300,9 +302,10 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
 
 
 def CONFORMANCE_CONFIDENCE(confidence: float) -> float:  # noqa: N802
-    """The conformance tests share one more 1 - confidence (half each): a correct target is called a
-    violation with probability <= 2 (1 - confidence) overall (the bound's plus theirs)."""
-    return 1.0 - (1.0 - confidence) / 2.0
+    """``app.audit.conformance.conformance_confidence`` (the planner calls the same)."""
+    from app.audit.conformance import conformance_confidence
+
+    return conformance_confidence(confidence)
 
 
 def _mechanism_name(target: Any) -> str:
@@ -442,6 +445,7 @@ def assess_power(result: CampaignResult, target: Any, n_exemplars: int, claimed_
     from app.audit.conformance import conformance_power
     from app.audit.power import (
         ALTERNATIVES,
+        ASSUMED_VOTE_NOTE,
         DEFAULT_MIN_DETECTION,
         DEFAULT_REQUIRED,
         claimed_noise,
@@ -463,10 +467,7 @@ def assess_power(result: CampaignResult, target: Any, n_exemplars: int, claimed_
         if _mechanism_name(target) != "rnm":
             return None  # the one-vote design model is in vote counts; poe's scores are lam U
         vw, vo = design_votes(len(attack.labels), parts or 1, attack.positive_index, attack.negative_index)
-        model = "assumed"
-        model_note = ("not observed (black-box): the best case for the auditor, the canary's partition votes "
-                      f"{attack.positive!r} and the others the other label (tight-auditing Lemma 3.1); if the "
-                      "model does not copy the canary, the real power is lower")
+        model, model_note = "assumed", ASSUMED_VOTE_NOTE
     bb = result.estimates.get("black-box")
     remote_bootstrap = result.bootstrap is not None and getattr(target, "released_log", None) is not None
     if result.bootstrap is not None:  # the bound counts n_sample simulated trials per hypothesis

@@ -186,6 +186,24 @@ class ReleaseFloorResult:
         return asdict(self)
 
 
+def conformance_confidence(confidence: float) -> float:
+    """The conformance tests share one more 1 - confidence (half each): a correct target is called a
+    violation with probability <= 2 (1 - confidence) overall (the bound's plus theirs)."""
+    return 1.0 - (1.0 - confidence) / 2.0
+
+
+def release_floor_threshold(noise: VotingNoise, partitions: int, n: int, *, confidence: float) -> int:
+    """The release floor test's cut-off for ``n`` released labels: the smallest k with
+    P(Bin(n, floor) < k) <= alpha/2 (counts < k reject). The test and the power model
+    (``app.audit.power.design_power``) both call this."""
+    alpha = 1.0 - confidence
+    floor = min_release_probability(noise, partitions)
+    k = int(stats.binom.ppf(alpha / 2, n, floor))
+    if stats.binom.cdf(k - 1, n, floor) > alpha / 2:  # guard the discrete edge
+        k -= 1
+    return k
+
+
 def release_floor(released_index: Sequence[int], labels: Sequence[str], noise: VotingNoise, partitions: int, *,
                   confidence: float = 0.95) -> ReleaseFloorResult:
     """One-sided binomial test per label: under the claim every call releases label l with
@@ -199,10 +217,7 @@ def release_floor(released_index: Sequence[int], labels: Sequence[str], noise: V
     n = int(rel.size)
     alpha = 1.0 - confidence
     floor = min_release_probability(noise, partitions)
-    # smallest k with P(Bin(n, floor) < k) <= alpha/2: counts < k reject
-    k = int(stats.binom.ppf(alpha / 2, n, floor))
-    if stats.binom.cdf(k - 1, n, floor) > alpha / 2:  # guard the discrete edge
-        k -= 1
+    k = release_floor_threshold(noise, partitions, n, confidence=confidence)
     counts = [int(np.count_nonzero(rel == i)) for i in range(2)]
     findings = [f"label {labels[i]!r} released {c} of {n} times; with {partitions} partitions and the claimed "
                 f"{noise.kind} noise (scale {noise.scale:.4g}) every call releases it with probability >= "

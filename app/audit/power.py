@@ -59,42 +59,61 @@ def alternative_noise(noise: VotingNoise, name: str) -> VotingNoise:
     return replace(claimed_noise(noise), **ALTERNATIVES[name])
 
 
-def design_votes(labels: int, partitions: int, positive: int, negative: int | None) -> tuple[np.ndarray, np.ndarray]:
+def design_votes(labels: int, partitions: int, positive: int, negative: int | None,
+                 moved: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The best case for the auditor (tight-auditing Lemma 3.1, one vote moves): with the canary its
-    partition votes ``positive`` and the other T - 1 vote ``negative``; without, all T vote ``negative``."""
-    if labels < 2 or partitions < 1:
-        raise ValueError("a design needs >= 2 labels and >= 1 partition")
+    partition votes ``positive`` and the other T - 1 vote ``negative``; without, all T vote ``negative``.
+    ``moved`` > 1: a canary (or query) that moves that many partitions' votes."""
+    if labels < 2 or partitions < 1 or not 1 <= moved <= partitions:
+        raise ValueError("a design needs >= 2 labels, >= 1 partition and 1 <= moved <= partitions")
     neg = negative if negative is not None else (1 if positive == 0 else 0)
     vw, vo = np.zeros(labels), np.zeros(labels)
-    vw[positive], vw[neg] = 1.0, partitions - 1.0
+    vw[positive], vw[neg] = float(moved), float(partitions - moved)
     vo[neg] = float(partitions)
     return vw, vo
 
 
+TIES = ("positive", "other")  # who wins a clean tie with the positive label
+
+
+def _canonical(v: np.ndarray, positive: int, ties: str) -> tuple[np.ndarray, int]:
+    """Rows with the positive label first (``ties="positive"``: it wins every tie under np.argmax) or
+    last (``"other"``: it loses them), the other labels sorted in descending order. The noise is
+    i.i.d. across labels, so the other labels are exchangeable: the release probability of the
+    positive label depends only on this canonical row, never on where the query put its labels, and
+    the Monte Carlo draws (fixed seed) are the same for the planner and for the verdict."""
+    others = np.delete(v, positive, axis=1)
+    others = -np.sort(-others, axis=1)
+    if ties == "positive":
+        return np.concatenate([v[:, [positive]], others], axis=1), 0
+    if ties == "other":
+        return np.concatenate([others, v[:, [positive]]], axis=1), v.shape[1] - 1
+    raise ValueError(f"ties must be one of {TIES}")
+
+
 def release_probability(noise: VotingNoise, votes: np.ndarray, positive: int, *, draws: int = 20_000,
-                        seed: int = 0, ties: str = "lowest") -> np.ndarray:
+                        seed: int = 0, ties: str = "positive") -> np.ndarray:
     """P(argmax(noisy votes) == positive) for each row of ``votes`` (m, K) under ``noise``.
 
-    Zero noise: the argmax itself, ties broken at the ``lowest`` index (numpy's convention) or
-    the ``highest``. Two labels with Gaussian noise: Phi((v_p - v_o) / (s sqrt 2)) (the difference
-    of two independent N(0, s^2)). Otherwise Monte Carlo over distinct rows with a fixed seed."""
+    A clean tie with the positive label (no noise; the winner of a winner-only bug) goes to it
+    (``ties="positive"``) or against it (``"other"``): an implementation's tie-break is its own, so
+    the power model takes the worse of the two (``power_report``). Two labels with Gaussian noise:
+    Phi((v_p - v_o) / (s sqrt 2)) (the difference of two independent N(0, s^2)). Otherwise Monte
+    Carlo over distinct canonical rows with a fixed seed (standard error <= 0.5/sqrt(draws))."""
     v = np.atleast_2d(np.asarray(votes, dtype=float))
+    c, pos = _canonical(v, positive, ties)
     s = noise.applied_scale
     if s == 0.0:
-        order = v if ties == "lowest" else v[:, ::-1]
-        win = np.argmax(order, axis=1)
-        if ties != "lowest":
-            win = v.shape[1] - 1 - win
-        return (win == positive).astype(float)
+        return (np.argmax(c, axis=1) == pos).astype(float)
     if v.shape[1] == 2 and noise.kind == "gaussian" and not noise.winner_only:
         other = 1 - positive
         return stats.norm.cdf((v[:, positive] - v[:, other]) / (s * math.sqrt(2.0)))
-    uniq, inv = np.unique(v, axis=0, return_inverse=True)
+    uniq, inv = np.unique(c, axis=0, return_inverse=True)
     rng = np.random.default_rng(seed)
     out = np.empty(len(uniq))
     for i, row in enumerate(uniq):
         noisy = noise.sample(np.broadcast_to(row, (draws, row.size)), rng)
-        out[i] = np.mean(np.argmax(noisy, axis=1) == positive)
+        out[i] = np.mean(np.argmax(noisy, axis=1) == pos)
     return out[np.asarray(inv).reshape(-1)]
 
 
@@ -208,16 +227,17 @@ def power_report(
     names = list(dict.fromkeys(["claimed", *ALTERNATIVES.keys()]))
     for name in names:
         nz = alternative_noise(noise, name)
-        if nz.applied_scale == 0.0:
-            # The tie-break of a noise-free argmax is the implementation's: take the worse of the two.
-            cands = [_rates(nz, vw, vo, positive, t) for t in ("lowest", "highest")]
+        if nz.applied_scale == 0.0 or nz.winner_only:
+            # The tie-break of a clean argmax is the implementation's: take the worse of the two.
+            cands = [_rates(nz, vw, vo, positive, t) for t in TIES]
             dets = [detection_probability(a, b, n_members, n_nonmembers, claimed_epsilon, confidence=confidence,
                                           delta=delta) for a, b in cands]
             i = int(np.argmin(dets))
             tpr, fpr, det = cands[i][0], cands[i][1], dets[i]
-            note = "no noise: a deterministic argmax; the worse of lowest/highest-index tie-breaking"
+            note = ("a clean argmax decides (no noise, or which label gets the noise): the worse of a tie-break "
+                    "for and against the canary's label")
         else:
-            tpr, fpr = _rates(nz, vw, vo, positive, "lowest")
+            tpr, fpr = _rates(nz, vw, vo, positive, "positive")
             det = detection_probability(tpr, fpr, n_members, n_nonmembers, claimed_epsilon, confidence=confidence,
                                         delta=delta)
             note = ""
@@ -260,3 +280,38 @@ def power_report(
     rep.reasons = reasons
     rep.sufficient = not reasons
     return rep
+
+
+ASSUMED_VOTE_NOTE = ("not observed (black-box): the best case for the auditor, the canary's partition votes the "
+                     "canary label and the others the other label (tight-auditing Lemma 3.1); if the model does "
+                     "not copy the canary, the real power is lower")
+
+
+def per_threat_model_confidence(confidence: float, threat_models: int) -> float:
+    """Each threat model's bound at 1 - (1 - c)/k (Bonferroni), so the headline maximum holds at c."""
+    return 1.0 - (1.0 - confidence) / max(1, int(threat_models))
+
+
+def design_power(noise: VotingNoise, *, labels: int, partitions: int, trials: int, claimed_epsilon: float,
+                 confidence: float, threat_models: int, delta: float, floor: bool,
+                 required: Sequence[str] = DEFAULT_REQUIRED, min_detection: float = DEFAULT_MIN_DETECTION,
+                 conformance: Mapping[str, float] | None = None, moved: int = 1) -> PowerReport:
+    """The power a direct, paired, black-box-counted canary audit of this design reports with its
+    verdict under the assumed vote model (``design_votes``): the planner calls this, and the
+    verdict's ``assess_power`` reaches the same ``power_report`` with the same inputs (counted trials
+    trials // 2 per hypothesis, the campaign's Bonferroni confidence, the release floor's own
+    threshold), so a plan's predicted detection is the verdict's reported power.
+    ``floor``: the release floor test runs (two labels, rnm, no judge after the noise)."""
+    from app.audit.conformance import conformance_confidence, release_floor_threshold
+
+    vw, vo = design_votes(labels, partitions, 0, 1, moved)
+    half = trials // 2  # paired insertion rounds the trials down to even
+    threshold = None
+    if floor and labels == 2 and half >= 1:
+        threshold = release_floor_threshold(claimed_noise(noise), partitions, 2 * half,
+                                            confidence=conformance_confidence(confidence))
+    return power_report(noise, vw, vo, 0, n_members=half, n_nonmembers=half, claimed_epsilon=claimed_epsilon,
+                        confidence=per_threat_model_confidence(confidence, threat_models), delta=delta,
+                        vote_model="assumed", vote_model_note=ASSUMED_VOTE_NOTE, required=tuple(required),
+                        min_detection=min_detection, conformance=conformance, partitions=partitions,
+                        floor_threshold=threshold)

@@ -57,4 +57,9 @@ def load_resource(session, job_id: str, tenant_id: str | None = "default") -> di
     job = repo.get_job(session, job_id, tenant_id)
     if job is None:
         return None
-    return job_resource(job, repo.artifact_index(session, [job.id])[job.id])
+    out = job_resource(job, repo.artifact_index(session, [job.id])[job.id])
+    if job.status == "queued":  # what it waits for (counts only: other tenants' jobs stay opaque)
+        ahead, running = repo.queue_position(session, job)
+        out["queue"] = {"position": ahead + 1, "ahead": ahead, "running": running,
+                        "waiting_for": f"{running} running job(s) and {ahead} queued before it"}
+    return out

@@ -318,3 +318,20 @@ def test_lists_show_why_a_job_failed_and_the_ledgers_idempotency_keys(keyed_serv
         s.commit()
     ledger = ui("A").get(f"/ui/datasets/{ds}").text
     assert "Idempotency-Key" in ledger and "<code>client-q-42</code>" in ledger
+
+
+def test_failed_job_shows_its_reason_in_the_list(keyed_server, ui):
+    """A gateway that refuses connections: the job fails target_unavailable, and the /ui list says why."""
+    cfg = {"target": {"type": "remote", "url": "http://127.0.0.1:9", "retries": 0,
+                      "params": {"epsilon": 1.0, "partitions": 2, "shots_per_partition": 1}},
+           "dataset": {"exemplars": [{"input": f"x {i}", "output": "a"} for i in range(4)], "labels": ["a", "b"],
+                       "size": 4}, "canary": {"type": "hex", "label": "b"}, "threat_model": "black-box"}
+    with api(keyed_server, "A") as c:
+        r = c.post("/v1/audits", json={"kind": "canary_mia", "config": cfg, "claimed_epsilon": 1.0})
+        assert r.status_code == 202, r.text
+        j = wait_job(c, r.json()["id"], timeout=60)
+    assert j["status"] == "failed", j
+    page = ui("A").get("/ui/audits?status=failed").text
+    row = page[page.index(f'data-job-row="{j["id"]}"'):]
+    row = row[:row.index("</tr>")]
+    assert 'data-role="error"' in row and html.escape(j["error"]["message"], quote=False) in row

@@ -115,9 +115,12 @@ class CanaryMIAConfig(JSONBody):
     max_tokens: int = Field(default=24, ge=1, le=256, description="generation: tokens per answer")
     insertion: Literal["contextleak", "paired"] = "paired"
     threat_model: Literal["black-box", "white-box", "both"] = "both"
-    mode: Literal["direct", "bootstrap"] = "direct"
+    mode: Literal["direct", "bootstrap", "sequential"] = Field(
+        default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
+        "(app.audit.sequential; classification)")
     trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
-        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives")
+        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives; "
+        "sequential: the cap ('auto': 10000)")
     power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
     n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
@@ -190,6 +193,20 @@ def _generation_dataset(c: DatasetConfig):
     return ex, heldout, template
 
 
+def _query_labels(config: CanaryMIAConfig) -> int:
+    """How many labels the attack query votes over (task labels plus the strategy's literals and the
+    canary's label), as ``run`` resolves it; no model is needed."""
+    from app.audit.canaries import Canary
+    from app.audit.queries import resolve_query
+
+    ex, labels, _, template = _dataset(config.dataset)
+    canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
+    try:
+        return len(resolve_query(config.query or "inquiry", canary, labels, ex[:config.dataset.size], template).labels)
+    except (ValueError, TypeError) as exc:
+        raise JobConfigError(str(exc), param="config.query") from None
+
+
 def _served(ctx: JobContext, name: str | None, kind: str, param: str):
     try:
         return ctx.runtime.get_model(name, kind)
@@ -230,6 +247,12 @@ class CanaryMIAKind(JobKind):
                 egress.check_url(config.target.url, settings, field="config.target.url")
             except egress.EgressRefused as exc:
                 raise JobConfigError(str(exc), param="config.target.url") from None
+        if config.mode == "sequential" or config.task != "synthesize":
+            from app.jobs.kinds.canary_design import check_runnable, check_sequential
+
+            if config.mode == "sequential":
+                check_sequential(config)
+            check_runnable(config)
         if config.task == "generation":
             self._check_generation(config)
             return
@@ -260,7 +283,7 @@ class CanaryMIAKind(JobKind):
                 "the gateway's own noise: set target.white_box (the gateway's noisy votes are then tested against the "
                 "claim, app.audit.conformance), or use mode direct with trials from POST /v1/audits/plan",
                 param="config.mode")
-        if config.trials == "auto":
+        if config.trials == "auto" and config.mode != "sequential":
             if config.mode != "direct":
                 raise JobConfigError("trials 'auto' plans direct-mode trials; bootstrap uses n_llm/n_sample",
                                      param="config.trials")
@@ -290,25 +313,34 @@ class CanaryMIAKind(JobKind):
                                  param="config.target.mechanism")
         n = config.dataset.size
         params = dict(t.params)
+        if t.type == "simulated":  # simulated votes: T partitions of one shot (the job's own default)
+            params.setdefault("partitions", 4)
 
-        def noise_for(parts: int):  # a candidate design keeps the context: shots = size // partitions
-            shots = {"shots_per_partition": max(1, n // parts)} if "shots_per_partition" in params else {}
-            return rnm_noise({**params, "partitions": parts, **shots}, max(n, parts))
+        def noise_for(parts: int, shots: int):
+            return rnm_noise({**params, "partitions": parts, "shots_per_partition": shots}, max(n, parts * shots))
 
-        parts0 = int(params.get("partitions") or max(1, n // int(params.get("shots_per_partition") or 1)))
-        base = noise_for(parts0)
-        claim = float(claimed_epsilon if claimed_epsilon is not None else base.epsilon)
-        tms = 2 if (config.threat_model == "both" and (t.white_box or t.type != "remote")) else 1
-        conf = 1.0 - (1.0 - config.confidence) / tms  # the campaign's Bonferroni per threat model
-        delta = float(config.delta if config.delta is not None else base.delta)
         try:
-            out = plan_audit(noise_for, labels=2, partitions=parts0,
-                             claimed_epsilon=claim, confidence=conf, delta=delta,
+            shots0 = int(params.get("shots_per_partition") or 1)
+            parts0 = int(params.get("partitions") or max(1, n // shots0))
+            base = noise_for(parts0, shots0) if parts0 * shots0 <= n else noise_for(1, 1)
+        except (ValueError, TypeError) as exc:
+            raise JobConfigError(str(exc), param="config.target.params") from None
+        claim = float(claimed_epsilon if claimed_epsilon is not None else base.epsilon)
+        offers_wb = t.white_box or t.type != "remote"
+        tms = 2 if (config.threat_model == "both" and offers_wb) else 1
+        delta = float(config.delta if config.delta is not None else base.delta)
+        labels = _query_labels(config)
+        try:
+            out = plan_audit(noise_for, labels=labels, exemplars=n, partitions=parts0, shots_per_partition=shots0,
+                             claimed_epsilon=claim, confidence=config.confidence, delta=delta,
                              alternatives=list(config.power.alternatives), min_detection=config.power.min_detection,
-                             white_box=t.white_box or t.type != "remote", seconds_per_trial=seconds_per_trial)
+                             threat_models=tms, floor=labels == 2 and t.defence != "L3", white_box=offers_wb,
+                             seconds_per_trial=seconds_per_trial)
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.target.params") from None
-        out["notes"].append("planned for a two-label attack query; the job's power report uses the real labels")
+        out["notes"].append(f"planned for the query's {labels} labels, dataset.size {n} exemplars and "
+                            f"{tms} threat model(s) (Bonferroni); a design sets target.params partitions and "
+                            "shots_per_partition")
         return out
 
     def _trials(self, ctx: JobContext, config: CanaryMIAConfig) -> tuple[int, dict[str, Any] | None]:
@@ -330,6 +362,10 @@ class CanaryMIAKind(JobKind):
         it; pass: neither, and the audit had the power to see a violation (``result["power"]``);
         inconclusive otherwise. The reason goes to ``result["verdict_reason"]``."""
         claim = claimed_epsilon if claimed_epsilon is not None else result.get("epsilon_claimed")
+        if result.get("mode") == "sequential":
+            from app.jobs.kinds import canary_seq
+
+            return canary_seq.verdict(result, claim)  # type: ignore[return-value]
         # delta is an input of the bound (config.delta), not a measurement: the verdict is on epsilon.
         v = epsilon_verdict(result.get("epsilon"), None, claim, None)
         if v is None:
@@ -410,6 +446,13 @@ class CanaryMIAKind(JobKind):
                 vw[attack.positive_index], vw[other] = 1, parts - 1
                 vo[other] = parts
             target = SimulatedVotingTarget(vw, vo, noise)
+        if config.mode == "sequential":
+            from app.audit.campaign import _partitions
+            from app.jobs.kinds import canary_seq
+
+            out = canary_seq.run(ctx, config, target, exemplars, attack, rng, _partitions(target, len(exemplars)))
+            ctx.progress(1.0, "done")
+            return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", labels, template, rng)
         if isinstance(target, MechanismTarget) and target.defence != "none":
             out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,

@@ -1,0 +1,82 @@
+"""Submit-time checks of a ``canary_mia`` design: a config that cannot run is a 422 naming the
+field, not a job that fails minutes later (issue 28)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scipy import stats
+
+from app.jobs.errors import JobConfigError
+
+# P(the white-box counted split holds one hypothesis only) above which a design is refused
+SPLIT_FAILURE = 1e-3
+
+
+def split_failure_probability(trials: int, fraction: float) -> float:
+    """Paired insertion shuffles trials // 2 members among 2 (trials // 2) trials; the threshold is
+    chosen on the first round(n x fraction) and evaluated on the rest (``estimates.split_selection``).
+    The probability that the rest holds only one hypothesis: 2 x hypergeometric P(all c of one kind)."""
+    half = trials // 2
+    n = 2 * half
+    c = n - max(1, int(round(n * fraction)))
+    if c < 1 or half < 1:
+        return 1.0
+    return min(1.0, 2.0 * float(stats.hypergeom.pmf(c, n, half, c)))
+
+
+def min_split_trials(fraction: float, limit: float = SPLIT_FAILURE) -> int:
+    n = 2
+    while split_failure_probability(n, fraction) > limit and n < 10_000:
+        n += 2
+    return n
+
+
+def _white_box_runs(config: Any) -> bool:
+    t = config.target
+    if config.threat_model == "black-box":
+        return False
+    if config.task == "generation":
+        return t.type == "remote" and t.white_box or t.type == "mechanism" and t.mechanism == "esa"
+    return t.type != "remote" or t.white_box
+
+
+def check_runnable(config: Any) -> None:
+    """The design fits the dataset, and the trials can fill the white-box threshold split."""
+    t = config.target
+    ds = config.dataset
+    if ds.exemplars is not None and len(ds.exemplars) < ds.size:
+        raise JobConfigError(f"the dataset has {len(ds.exemplars)} exemplars, fewer than size {ds.size}",
+                             param="config.dataset.size")
+    if config.task == "classification" and t.mechanism == "rnm" and t.type != "simulated":
+        p = t.params
+        try:
+            shots = int(p.get("shots_per_partition") or 1)
+            parts = p.get("partitions")
+        except (TypeError, ValueError):
+            return  # the mechanism's own validation names the parameter
+        n = config.dataset.size
+        if isinstance(parts, int) and not isinstance(parts, bool) and parts * shots > n:
+            raise JobConfigError(f"partitions x shots_per_partition = {parts} x {shots} = {parts * shots} exceeds "
+                                 f"dataset.size {n}: every trial would fail at the target (POST /v1/audits/plan "
+                                 "proposes designs that fit)", param="config.target.params.partitions")
+        if shots > n:
+            raise JobConfigError(f"shots_per_partition {shots} exceeds dataset.size {n}",
+                                 param="config.target.params.shots_per_partition")
+    if config.mode == "direct" and config.trials != "auto" and _white_box_runs(config):
+        trials = int(config.trials)
+        p_fail = split_failure_probability(trials, config.threshold_fraction)
+        if p_fail > SPLIT_FAILURE:
+            need = min_split_trials(config.threshold_fraction)
+            raise JobConfigError(
+                f"{trials} trials: the white-box threshold is chosen on a share {config.threshold_fraction:g} of "
+                f"them and the rest lack one hypothesis with probability {p_fail:.2g}; use at least {need} "
+                "trials (or threat_model black-box, which counts every trial)", param="config.trials")
+
+
+def check_sequential(config: Any) -> None:
+    if config.task != "classification":
+        raise JobConfigError("sequential audits cover classification targets (the released label)",
+                             param="config.mode")
+    if config.trials != "auto" and int(config.trials) < 2:
+        raise JobConfigError("the sequential cap needs at least 2 trials (one pair)", param="config.trials")

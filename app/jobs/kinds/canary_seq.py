@@ -1,0 +1,70 @@
+"""The ``canary_mia`` job's sequential mode: wiring only (the test is ``app.audit.sequential``).
+
+``"mode": "sequential"`` with ``"trials": "auto"`` (cap ``DEFAULT_CAP``) or a number (the cap):
+the audit draws pairs of trials in batches and stops at a violation, a pass or the cap; the
+result carries the trials used, the e-values and the reason, and the verdict is the test's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.jobs.context import JobContext
+from app.jobs.errors import JobConfigError, JobError
+
+
+def cap(trials: int | str) -> int:
+    from app.audit.sequential import DEFAULT_CAP
+
+    return DEFAULT_CAP if trials == "auto" else int(trials)
+
+
+def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, str]], attack: Any, rng: Any,
+        partitions: int | None) -> dict[str, Any]:
+    from app.audit import TargetError, TargetUnavailableError
+    from app.audit.campaign import _mechanism_name, _noise
+    from app.audit.power import claimed_noise
+    from app.audit.sequential import run_sequential
+    from app.jobs import egress
+
+    eps_claimed, delta_claimed = target.claimed(len(exemplars))
+    claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else eps_claimed
+    if claim is None:
+        raise JobConfigError("a sequential audit tests a claim: give claimed_epsilon (the target states none)",
+                             param="claimed_epsilon")
+    delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
+    noise = _noise(target, len(exemplars))
+    noise = None if noise is None else claimed_noise(noise)
+    floor = _mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
+    try:
+        res = run_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, noise=noise,
+                             partitions=partitions, alternatives=list(config.power.alternatives),
+                             alpha=1.0 - config.confidence, cap=cap(config.trials), rng=rng, release_floor=floor,
+                             progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m))
+    except TargetUnavailableError as exc:
+        raise JobError(str(exc), code="target_unavailable") from None
+    except TargetError as exc:
+        raise JobError(str(exc), code="target_error") from None
+    except egress.EgressRefused as exc:
+        raise JobError(f"config.target.url: {exc}", code="egress_refused", param="config.target.url") from None
+    except RuntimeError as exc:
+        raise JobError(str(exc), code="target_error") from None
+    except ValueError as exc:
+        raise JobConfigError(str(exc), param="config") from None
+    finally:
+        if hasattr(target, "close"):
+            target.close()
+    seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
+    return {"mode": "sequential", "target": target.name, "attack": attack.to_dict(), "epsilon": None,
+            "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
+            "model_calls": res.trials, "trials_total": res.trials, "sequential": seq, "power": None,
+            "exemplar_count": len(exemplars)}
+
+
+def verdict(result: dict[str, Any], claim: float | None) -> str | None:
+    seq = result["sequential"]
+    if claim is not None and abs(float(seq["claimed_epsilon"]) - float(claim)) > 1e-12 * max(1.0, abs(float(claim))):
+        result["verdict_reason"] = "the sequential test ran against another claim"
+        return "inconclusive"
+    result["verdict_reason"] = seq["reason"]
+    return str(seq["verdict"])

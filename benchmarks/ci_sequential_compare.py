@@ -1,0 +1,117 @@
+"""Fixed design vs sequential audit: model calls, wall time and verdicts (issue 28).
+
+Model calls = classify calls x partitions (the prompts the target's model answers).
+
+Run through ``python benchmarks/bench_ci_audit.py --compare`` (see there). Library level, one
+process: the fixed design is the planner's recommended design (``app.audit.planner``) run by
+``run_campaign`` with the verdict of the canary_mia job; the sequential audit is
+``app.audit.sequential.run_sequential`` on the same design. Targets: simulated voting (the
+audited noise code, many repetitions) and the independent HTTP gateway of
+``tests/audit/standalone_gateway.py`` (a few repetitions). Model calls = classify calls to the target.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from app.audit import Canary, CampaignConfig, RemoteTarget, SimulatedVotingTarget, resolve_query, rnm_noise, run_campaign
+from app.audit.campaign import assess_power
+from app.audit.planner import plan_audit
+from app.audit.sequential import run_sequential
+from app.jobs.kinds.canary_mia import CanaryMIAKind
+from tests.audit.standalone_gateway import StandaloneGateway
+
+N = 12
+EXEMPLARS = [(f"play some music number {i}", "music") for i in range(N)]
+CANARY = Canary("hex", "00ff00ff00ff00ff", "weather")
+ALTS = ["noise_quarter", "no_noise"]
+CAP = 2000  # sequential cap (trials); the job's "auto" is 10000
+# simulated bug per gateway mode (sigma/10 only simulated: the standalone gateway has no such mode)
+SIM_MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth",
+             "winner_only": "winner_only", "no_noise": {"noise_multiplier": 1e-12}}
+GW_MODES = ("correct", "sigma_quarter", "winner_only", "no_noise")
+
+
+def _params(eps: float, t: int) -> dict[str, Any]:
+    return {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": N // t}
+
+
+def plan(eps: float) -> dict[str, Any]:
+    out = plan_audit(lambda t, s: rnm_noise({**_params(eps, t), "shots_per_partition": s}, N), labels=2, exemplars=N,
+                     partitions=4, shots_per_partition=3, claimed_epsilon=eps, confidence=0.95, delta=1e-5,
+                     alternatives=ALTS, threat_models=1, floor=True, white_box=False)
+    return out["recommended"]
+
+
+def _fixed(target: Any, attack: Any, eps: float, trials: int, seed: int) -> tuple[str, int, str]:
+    res = run_campaign(target, EXEMPLARS, CANARY, "input_output", task_labels=["weather", "music"],
+                       config=CampaignConfig(trials=trials, threat_models=("black-box",)),
+                       rng=np.random.default_rng(seed))
+    out = res.to_dict()
+    rep = assess_power(res, target, N, eps, required=ALTS, min_detection=0.9)
+    out["power"] = None if rep is None else rep.to_dict()
+    v = CanaryMIAKind().verdict(out, eps, None)
+    return str(v), res.model_calls, out.get("verdict_reason", "")
+
+
+def _seq(target: Any, attack: Any, eps: float, t: int, seed: int) -> tuple[str, int, str, float]:
+    r = run_sequential(target, EXEMPLARS, attack, claimed_epsilon=eps, delta=1e-5,
+                       noise=rnm_noise(_params(eps, t), N), partitions=t, alternatives=ALTS, alpha=0.05,
+                       cap=CAP, rng=np.random.default_rng(seed))
+    return r.verdict, r.trials, r.reason, r.e_violation
+
+
+def _row(runs: list[tuple[str, int, float]]) -> dict[str, Any]:
+    verdicts = [v for v, _, _ in runs]
+    return {"runs": len(runs), "mean_model_calls": float(np.mean([c for _, c, _ in runs])),
+            "mean_seconds": float(np.mean([s for _, _, s in runs])),
+            "verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))}}
+
+
+def compare(epsilons: tuple[float, ...] = (1.0, 2.0), sim_reps: int = 200, gw_reps: int = 3) -> dict[str, Any]:
+    attack = resolve_query("input_output", CANARY, ["weather", "music"], EXEMPLARS, None)
+    out: dict[str, Any] = {}
+    for eps in epsilons:
+        rec = plan(eps)
+        t, trials = rec["partitions"], rec["trials"]
+        block: dict[str, Any] = {"design": {"partitions": t, "shots_per_partition": rec["shots_per_partition"],
+                                            "trials": trials, "predicted_detection": rec["detection"]}}
+        if attack.positive_index != 0:
+            raise RuntimeError("the simulated votes put the canary label first")
+        # the sequential audit on the fixed design's partitions, and on one partition (a call per trial)
+        runs = (("fixed", t), (f"sequential_T{t}", t), ("sequential_T1", 1))
+        for mode, bug in SIM_MODES.items():
+            acc: dict[str, list[tuple[str, int, float]]] = {name: [] for name, _ in runs}
+            for s in range(sim_reps):
+                for name, tt in runs:
+                    nz = rnm_noise(_params(eps, tt), N).with_bug(bug)
+                    target = SimulatedVotingTarget([1.0, tt - 1.0], [0.0, float(tt)], nz)  # weather 0, music 1
+                    t0 = time.perf_counter()
+                    if name == "fixed":
+                        v, calls, _ = _fixed(target, attack, eps, trials, s)
+                    else:
+                        v, calls, _, _ = _seq(target, attack, eps, tt, s)
+                    acc[name].append((v, calls * tt, time.perf_counter() - t0))
+            block[f"simulated/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
+        for mode in GW_MODES:
+            acc = {name: [] for name, _ in runs}
+            for s in range(gw_reps):
+                for name, tt in runs:
+                    with StandaloneGateway(mode, seed=100 + s) as gw:
+                        target = RemoteTarget(gw.url, "rnm", _params(eps, tt), {})
+                        t0 = time.perf_counter()
+                        try:
+                            if name == "fixed":
+                                v, _, _ = _fixed(target, attack, eps, trials, s)
+                            else:
+                                v, _, _, _ = _seq(target, attack, eps, tt, s)
+                        finally:
+                            target.close()
+                        calls = gw.requests - len(target.datasets)  # classify calls (dataset uploads aside)
+                        acc[name].append((v, calls * tt, time.perf_counter() - t0))
+            block[f"gateway/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
+        out[f"epsilon={eps:g}"] = block
+    return out
