@@ -4,6 +4,7 @@
                                        [--workloads "rnm 2x1,rnm 8x4,clip 4x16"] [--rounds 3] [--baseline] [--no-merge]
     python benchmarks/bench_serving.py --url http://127.0.0.1:8000   # a server already running
     python benchmarks/bench_serving.py --merge-steps [--threads 1]    # in process: merged vs separate decode steps
+    python benchmarks/bench_serving.py --tiny --workloads "rnm 2x1,rnm 8x4" --large-clients 1,16 --answers 64
 
 Starts `dpicl serve` (bundled models, a fresh SQLite, open auth) unless ``--url`` is given, loads the
 bundled ``assistant_intents`` train split as one private dataset, and for each workload (``rnm``
@@ -17,7 +18,14 @@ sessions of n rows and cache length T, one step each, as k separate forward pass
 (HFLanguageModel._merged_step), best of 3 after a warm-up; what the cost rule (merge_step_tokens) rests on.
 Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches per answer and the
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
-same workload on the same server process. The runs alternate (``--rounds``, default 3: sequential,
+same workload on the same server process. Per answer it also reports the model's forward passes, rows
+and tokens per pass (``forward_rows`` / ``forward_tokens`` / ``padded_tokens`` over ``forward_calls``),
+the seconds the model spent in its batches (``dpicl_model_batch_seconds``) and the **service path**:
+``(wall - model batch seconds) / answers``, everything but the model passes (HTTP, validation, the
+read and charge transactions, tokenizing, thread hops, the scheduler), per answer. With ``--tiny``
+the server serves a tiny random-init model built at run time (benchmarks/tiny_model.py: 2 layers,
+SmolLM2's tokenizer and chat template) whose passes cost next to nothing, so the service path is
+what is measured. The runs alternate (``--rounds``, default 3: sequential,
 concurrent, sequential, concurrent, ...): each round's ratio is over its own sequential run, and the
 summary gives the median and min/max of those paired ratios, so that one burst of load from other
 processes on a shared machine moves one pair and not the verdict. ``--baseline`` repeats everything on a second server whose
@@ -43,6 +51,8 @@ import httpx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 WORKLOADS = {"rnm 2x1": (2, 1), "rnm 8x4": (8, 4), "clip 4x16": (4, 16)}
+LM_NAME = "smollm2-135m-instruct"  # the served lm whose metrics are scraped (--tiny: the tiny model)
+TINY_NAME = "tiny-smollm2-2l"
 
 
 def _port() -> int:
@@ -52,13 +62,15 @@ def _port() -> int:
 
 
 def start_server(tmp: str, threads: int, scheduler: dict | None,
-                 lm_options: dict | None = None) -> tuple[subprocess.Popen, str]:
+                 lm_options: dict | None = None, tiny: str | None = None,
+                 database_url: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``tiny``: the folder of a tiny model (benchmarks/tiny_model.py) to serve instead of SmolLM2."""
     port = _port()
-    env = dict(os.environ, DPICL_DATABASE_URL=f"sqlite:///{tmp}/bench.db", DPICL_LOG_LEVEL="warning",
+    env = dict(os.environ, DPICL_DATABASE_URL=database_url or f"sqlite:///{tmp}/bench.db", DPICL_LOG_LEVEL="warning",
                DPICL_AUTH_MODE="open", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    if scheduler is not None or lm_options:
+    if scheduler is not None or lm_options or tiny:
         env["DPICL_MODELS"] = json.dumps([
-            {"name": "smollm2-135m-instruct", "kind": "lm", "source": "bundled:smollm2-135m-instruct",
+            {"name": TINY_NAME if tiny else LM_NAME, "kind": "lm", "source": tiny or "bundled:smollm2-135m-instruct",
              "options": {**({"scheduler": scheduler} if scheduler is not None else {}), "num_threads": threads,
                          **(lm_options or {})}},
             {"name": "all-minilm-l6-v2", "kind": "embedder", "source": "bundled:all-minilm-l6-v2"}])
@@ -116,11 +128,26 @@ def scrape(url: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
         for s in fam.samples:
-            if s.labels.get("model") == "smollm2-135m-instruct" and s.name in (
+            if s.labels.get("model") == LM_NAME and s.name in (
                     "dpicl_model_forward_tokens_total", "dpicl_model_batch_rows_count",
-                    "dpicl_model_batch_requests_sum", "dpicl_model_tokens_total", "dpicl_model_forward_calls_total"):
+                    "dpicl_model_batch_requests_sum", "dpicl_model_tokens_total", "dpicl_model_forward_calls_total",
+                    "dpicl_model_forward_rows_total", "dpicl_model_padded_tokens_total",
+                    "dpicl_model_batch_seconds_sum"):
                 out[s.name] = out.get(s.name, 0.0) + s.value
     return out
+
+
+SERVER_PID: int | None = None  # the started server (its CPU time per answer is reported), None with --url
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return None
 
 
 async def run_clients(url: str, ds: str, queries: list[str], partitions: int, shots: int, clients: int,
@@ -144,16 +171,30 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             latencies.append(time.perf_counter() - t0)
 
     before = scrape(url)
+    cpu0 = _cpu_s(SERVER_PID)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients + 4)) as c:
         t0 = time.perf_counter()
         await asyncio.gather(*[client(c) for _ in range(clients)])
         wall = time.perf_counter() - t0
+    cpu1 = _cpu_s(SERVER_PID)
     after = scrape(url)
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     lat = sorted(latencies)
     q = lambda p: lat[min(len(lat) - 1, int(round(p * (len(lat) - 1))))]  # noqa: E731
     batches = d.get("dpicl_model_batch_rows_count", 0.0)
+    passes = d.get("dpicl_model_forward_calls_total", 0.0)
+    model_s = d.get("dpicl_model_batch_seconds_sum", 0.0)
+    per_pass = lambda k: round(d.get(k, 0.0) / passes, 1) if passes else None  # noqa: E731
     return {"clients": clients, "answers": answers, "wall_s": round(wall, 2),
+            "model_ms_per_answer": round(model_s / answers * 1000, 2),
+            # CPU time of the whole server process per answer (model included): steadier than wall time
+            # on a machine shared with other work
+            "server_cpu_ms_per_answer": round((cpu1 - cpu0) / answers * 1000, 2) if cpu0 is not None
+            and cpu1 is not None else None,
+            "service_ms_per_answer": round((wall - model_s) / answers * 1000, 2),
+            "rows_per_pass": per_pass("dpicl_model_forward_rows_total"),
+            "tokens_per_pass": per_pass("dpicl_model_forward_tokens_total"),
+            "padded_tokens_per_pass": per_pass("dpicl_model_padded_tokens_total"),
             "answers_per_s": round(answers / wall, 3), "p50_s": round(q(0.5), 3), "p95_s": round(q(0.95), 3),
             "calls_per_batch": round(d.get("dpicl_model_batch_requests_sum", 0.0) / batches, 2) if batches else None,
             "forward_tokens_per_answer": round(d.get("dpicl_model_forward_tokens_total", 0.0) / answers, 1),
@@ -164,7 +205,15 @@ def _print_row(name: str, r: dict) -> None:
     print(f"{name:8s} round {r['round']} clients={r['clients']:2d} {r['answers_per_s']:6.2f} ans/s"
           f"  x{r['ratio_vs_sequential']:.2f}  p50 {r['p50_s']:.2f}s p95 {r['p95_s']:.2f}s"
           f"  calls/batch {r['calls_per_batch']}  fwd tok/ans {r['forward_tokens_per_answer']}"
-          f"  fwd calls/ans {r['forward_calls_per_answer']}", flush=True)
+          f"  fwd calls/ans {r['forward_calls_per_answer']}  rows/pass {r.get('rows_per_pass')}"
+          f"  tok/pass {r.get('tokens_per_pass')} (padded {r.get('padded_tokens_per_pass')})"
+          f"  model {r.get('model_ms_per_answer')} ms/ans  service {r.get('service_ms_per_answer')} ms/ans"
+          f"  server cpu {r.get('server_cpu_ms_per_answer')} ms/ans", flush=True)
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 2) if known else None
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -181,6 +230,9 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "answers_per_s_max": max(r["answers_per_s"] for r in mine),
                     "p50_s_median": round(statistics.median([r["p50_s"] for r in mine]), 3),
                     "p95_s_median": round(statistics.median([r["p95_s"] for r in mine]), 3),
+                    **{f"{k}_median": _median([r.get(k) for r in mine]) for k in (
+                        "service_ms_per_answer", "model_ms_per_answer", "server_cpu_ms_per_answer",
+                        "rows_per_pass", "tokens_per_pass")},
                     "forward_calls_per_answer_median": round(statistics.median([r["forward_calls_per_answer"]
                                                                       for r in mine]), 1)})
     return out
@@ -224,12 +276,14 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
                 print(f"{name:8s} clients={sm['clients']:2d} over {sm['rounds']} rounds: ratio median "
                       f"x{sm['ratio_median']:.2f} (min {sm['ratio_min']:.2f}, max {sm['ratio_max']:.2f}; "
                       f"{', '.join(f'{x:.2f}' for x in sm['ratios'])})  {sm['answers_per_s_median']:.2f} ans/s"
-                      f"  p50 {sm['p50_s_median']:.2f}s p95 {sm['p95_s_median']:.2f}s", flush=True)
+                      f"  p50 {sm['p50_s_median']:.2f}s p95 {sm['p95_s_median']:.2f}s"
+                      f"  service {sm['service_ms_per_answer_median']} ms/ans", flush=True)
             else:
                 print(f"{name:8s} clients={sm['clients']:2d} over {sm['rounds']} rounds: "
                       f"{sm['answers_per_s_median']:.2f} ans/s median (min {sm['answers_per_s_min']:.2f}, max "
                       f"{sm['answers_per_s_max']:.2f})"
-                      f"  p50 {sm['p50_s_median']:.2f}s", flush=True)
+                      f"  p50 {sm['p50_s_median']:.2f}s  service {sm['service_ms_per_answer_median']} ms/ans"
+                      f"  model {sm['model_ms_per_answer_median']} ms/ans", flush=True)
         out[name] = {"rounds": rows, "summary": summary}
     return out
 
@@ -282,6 +336,7 @@ def merge_steps(threads: int) -> dict:
 
 
 def main() -> None:
+    global LM_NAME, SERVER_PID
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", help="a running dpicl serve (otherwise one is started)")
     ap.add_argument("--answers", type=int, default=16)
@@ -297,6 +352,13 @@ def main() -> None:
     ap.add_argument("--no-merge", action="store_true",
                     help="also run a server whose decode steps are never merged (merge_step_tokens 0)")
     ap.add_argument("--merge-steps", action="store_true", help="in process, no server: merged vs separate decode steps")
+    ap.add_argument("--tiny", action="store_true",
+                    help="serve a tiny random-init model built at run time (2 layers, SmolLM2's tokenizer): the "
+                         "model costs ~nothing, the service path is what is measured")
+    ap.add_argument("--lm-options", default="{}",
+                    help='JSON options of the started server\'s lm, e.g. \'{"single_token_fast_path": true}\'')
+    ap.add_argument("--database-url", help="the started server's database (default: a fresh SQLite file)")
+    ap.add_argument("--out", help="also write the JSON result to this file")
     args = ap.parse_args()
     if args.merge_steps:
         print(json.dumps({"threads": args.threads, "merge_steps": merge_steps(args.threads)}, indent=2))
@@ -307,25 +369,43 @@ def main() -> None:
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
     result: dict = {"answers": args.answers, "threads": args.threads, "rounds": args.rounds,
-                    "load_average": os.getloadavg()}
+                    "load_average": os.getloadavg(), "command": " ".join(sys.argv)}
+    tiny_dir = tempfile.TemporaryDirectory() if args.tiny else None
+    if tiny_dir is not None:
+        from benchmarks.tiny_model import build_tiny_model, describe
+
+        LM_NAME = TINY_NAME
+        build_tiny_model(tiny_dir.name)
+        result["model"] = describe()
+        print(f"--- {describe()}", flush=True)
     if args.url:
         result["server"] = bench(args.url, clients, args.answers, large, workloads, args.rounds)
     else:
-        runs: list[tuple[str, dict | None, dict | None]] = [("batched", None, None)]
+        base_opts = json.loads(args.lm_options) or None
+        result["lm_options"] = base_opts
+        runs: list[tuple[str, dict | None, dict | None]] = [("batched", None, base_opts)]
         if args.no_merge:
-            runs.append(("no_merge", None, {"merge_step_tokens": 0}))
+            runs.append(("no_merge", None, {**(base_opts or {}), "merge_step_tokens": 0}))
         if args.baseline:
-            runs.append(("lock_only", {"enabled": False}, None))
+            runs.append(("lock_only", {"enabled": False}, base_opts))
         for label, sched, lm_opts in runs:
             print(f"--- {label}", flush=True)
             with tempfile.TemporaryDirectory() as tmp:
-                proc, url = start_server(tmp, args.threads, sched, lm_opts)
+                proc, url = start_server(tmp, args.threads, sched, lm_opts, tiny_dir.name if tiny_dir else None,
+                                         args.database_url)
+                SERVER_PID = proc.pid
                 try:
                     result[label] = bench(url, clients, args.answers, large, workloads, args.rounds)
                 finally:
                     proc.terminate()
                     proc.wait(timeout=30)
+    result["load_average_after"] = os.getloadavg()
+    if tiny_dir is not None:
+        tiny_dir.cleanup()
     print(json.dumps(result, indent=2))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -171,10 +171,10 @@ async def run_sync(fn: Callable[..., Any], *args: Any) -> Any:
     return await anyio.to_thread.run_sync(lambda: fn(*args))
 
 
-async def run_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
-                         deadline_s: float | None = None, mechanism: str | None = None) -> Any:
-    """The model work of one answer, in a worker thread, as the caller's tenant: prefix caches
-    (in-process LRU, remote vLLM cache_salt; CVE-2025-46570) and batches are shared within the
+def work_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
+                    deadline_s: float | None = None, mechanism: str | None = None) -> Any:
+    """The model work of one answer, in the calling (worker) thread, as the caller's tenant: prefix
+    caches (in-process LRU, remote vLLM cache_salt; CVE-2025-46570) and batches are shared within the
     tenant only (app/llm/tenancy.py). A model whose batch queue is full refuses at once
     (Overloaded: 503 + Retry-After) before any work; ``deadline_s`` bounds the time the work may
     wait in the queue (DeadlineExceeded: 503). Both come before the charge."""
@@ -183,15 +183,17 @@ async def run_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm:
     if mechanism:
         _notify("mechanism", name=mechanism)
     sched = getattr(lm, "scheduler", None)
-    if sched is not None:
-        with deadline_scope(deadline_s):
+    with tenant_scope(caller.tenant_id), deadline_scope(deadline_s):
+        if sched is not None:
             sched.admit()
+        return fn(*args)
 
-    def _run() -> Any:
-        with tenant_scope(caller.tenant_id), deadline_scope(deadline_s):
-            return fn(*args)
 
-    return await run_sync(_run)
+async def run_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
+                         deadline_s: float | None = None, mechanism: str | None = None) -> Any:
+    """:func:`work_for_tenant` in a worker thread."""
+    return await run_sync(lambda: work_for_tenant(caller, fn, *args, lm=lm, deadline_s=deadline_s,
+                                                  mechanism=mechanism))
 
 
 def _early(ledger: Ledger, s: Session, caller: Caller, plan: AnswerPlan) -> PrivateAnswer | None:
@@ -203,17 +205,19 @@ def _early(ledger: Ledger, s: Session, caller: Caller, plan: AnswerPlan) -> Priv
         try:
             replay = ledger.replay(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id,
                                    idempotency_key=plan.idempotency_key, mechanism=plan.mechanism,
-                                   params=plan.request_params)
+                                   params=plan.request_params, account=plan.account)
         except LedgerConflict:
             raise idempotency_conflict() from None
         if replay is not None:
             return replayed(replay, plan.return_internals)
     if plan.reuse_key and plan.may_reuse:
-        again = ledger.reuse(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, reuse_key=plan.reuse_key)
+        again = ledger.reuse(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, reuse_key=plan.reuse_key,
+                             account=plan.account)
         if again is not None:
             return reused(again, plan.return_internals)
     try:
-        ledger.precheck(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=plan.cost)
+        ledger.precheck(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=plan.cost,
+                        account=plan.account)
     except BudgetExhausted as exc:
         raise budget_exhausted(exc) from None
     except NoBudgetAccount:
@@ -233,23 +237,28 @@ async def _stop_if_gone(client_gone: Callable[[], Awaitable[bool]] | None, when:
 async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work], *, seed: int | None,
                  client_gone: Callable[[], Awaitable[bool]] | None = None) -> PrivateAnswer:
     """Read (``prepare`` in the read transaction, then replay / reuse / precheck), model work,
-    charge, release: see the module docstring."""
+    charge, release: see the module docstring. The read and the model work run in one worker
+    thread, one after the other (one thread hop fewer per answer); the read's transaction is closed
+    before the model work starts."""
     ledger = Ledger()
+    await _stop_if_gone(client_gone, "before the model work")
 
-    def _read() -> tuple[Work, PrivateAnswer | None]:
+    def _read_and_work() -> tuple[Work, PrivateAnswer | None, Released | None]:
         with rt.db.session() as s:
             work = prepare(s)
             early = _early(ledger, s, caller, work.plan) if work.plan.charged else None
-            return work, early
+        if early is not None:
+            return work, early, None
+        rng = noise_rng(rt, seed) if work.plan.budgeted else None
+        return work, None, work_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=work.plan.mechanism,
+                                           deadline_s=rt.settings.request_deadline_seconds)
 
-    work, early = await run_sync(_read)
+    work, early, done = await run_sync(_read_and_work)
     if early is not None:
         return early
     plan = work.plan
-    await _stop_if_gone(client_gone, "before the model work")
-    rng = noise_rng(rt, seed) if plan.budgeted else None
-    released: Released = await run_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=plan.mechanism,
-                                              deadline_s=rt.settings.request_deadline_seconds)
+    assert done is not None
+    released: Released = done
     body = released.body
     if not plan.budgeted:
         return PrivateAnswer(visible(body, plan.return_internals), 0.0, 0.0, budgeted=False)

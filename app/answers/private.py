@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from app.privacy.accountant import PrivacyCost
 from app.privacy.adjacency import Adjacency
 from app.privacy.errors import PrivacyInputError
 from app.runtime import Runtime
-from app.store import budget_repo, datasets_repo
+from app.store import datasets_repo
 
 
 @dataclass(frozen=True)
@@ -128,19 +128,24 @@ def private_work(rt: Runtime, s: Session, caller: Caller, mech: AnswerMechanism,
     """The read phase of a private answer (in the read transaction ``s``): the dataset (a set of the
     mechanism's task that the caller may see) and its account, the exemplars when the mechanism reads
     them, the cost, the reuse key; then the model work as a function of the noise generator.
-    ``public`` answers a public synthetic set (no ledger) when given."""
-    ds = datasets_repo.get_dataset(s, ask.dataset_id, caller.tenant_id)
-    if ds is None:
+    ``public`` answers a public synthetic set (no ledger) when given. The dataset row and its account
+    come in one query; the exemplars (immutable) from the runtime's cache (app/answers/dataset_cache.py),
+    which this read of the row keeps honest: a set deleted anywhere is a 404 here."""
+    from app.answers.dataset_cache import dataset_cache
+
+    found = datasets_repo.get_dataset_with_account(s, ask.dataset_id, caller.tenant_id)
+    if found is None:
         raise dataset_not_found(ask.dataset_id)
+    ds, acc = found
     if ds.task != mech.task:
         other = "generate" if ds.task == "generation" else "classify"
         raise InvalidRequest(f"dataset {ask.dataset_id!r} is a {ds.task} set; use /v1/private/{other}",
                              param="dataset_id", code="wrong_task")
     template = dict(ds.template or {})
-    exemplars = datasets_repo.load_exemplars(s, ask.dataset_id) if mech.reads_exemplars else []
+    exemplars: Sequence[tuple[str, str]] = dataset_cache(rt).exemplars(
+        ds, lambda: datasets_repo.load_exemplars(s, ask.dataset_id)) if mech.reads_exemplars else []
     if public is not None and ((ds.visibility or "private") == "public" or mech.name == "synthetic_icl"):
-        return public(ds, exemplars, template)
-    acc = budget_repo.get_account(s, ask.dataset_id, caller.tenant_id)
+        return public(ds, list(exemplars), template)
     if acc is None:  # a private set opens its account in the transaction that creates it
         raise dataset_not_found(ask.dataset_id)
     params = dict(ask.params)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 
 from app.api.errors import APIError
 from app.api.principal import (
@@ -79,8 +80,13 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 def require(*scopes: str):
     """A dependency that needs a key with any of ``scopes`` (or open mode)."""
 
-    def _dep(request: Request) -> Principal:
-        p = get_principal(request)
+    async def _dep(request: Request) -> Principal:
+        # Open mode by configuration needs no database: decided here, on the event loop. Otherwise
+        # the key lookup (a database read) runs in a worker thread, as a sync dependency would.
+        if request.app.state.runtime.settings.auth_mode == "open":
+            p = get_principal(request)
+        else:
+            p = await run_in_threadpool(get_principal, request)
         if not any(p.has(s) for s in scopes):
             raise APIError(403, f"this API key lacks the scope {' or '.join(repr(s) for s in scopes)}",
                            code="insufficient_scope")

@@ -7,7 +7,8 @@ from fastapi import Depends, Query, Request
 from app.runtime import Runtime
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    # async: a plain attribute read, not worth FastAPI's thread hop for sync dependencies
     return request.app.state.runtime
 
 

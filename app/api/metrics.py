@@ -86,7 +86,8 @@ class _QueueCollector:
             ("forward_tokens", "Real tokens run through the model (prefix work included)"),
             ("padded_tokens", "Positions run through the model, padding included"),
             ("reused_tokens", "Row-tokens served from a shared or cached prefix instead of recomputed"),
-            ("forward_calls", "Model forward passes"))}
+            ("forward_calls", "Model forward passes"),
+            ("forward_rows", "Rows over all model forward passes"))}
         totals: dict[str, dict[str, float]] = {}  # by model name (two loaded copies of one model: summed)
         for s in list(SCHEDULERS):
             t = totals.setdefault(s.name, {"depth": 0, "running": 0})

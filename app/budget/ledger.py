@@ -122,10 +122,16 @@ class Ledger:
             charges=0, version=0,
         )
 
+    @staticmethod
+    def _account(session: Session, dataset_id: str, tenant_id: str, account: Any) -> Any:
+        """``account`` when the caller read it in this transaction already, else read now."""
+        return account if account is not None else repo.get_account(session, dataset_id, tenant_id)
+
     def replay(self, session: Session, *, dataset_id: str, tenant_id: str, idempotency_key: str, mechanism: str,
-               params: dict[str, Any]) -> ChargeResult | None:
-        """The stored answer of an earlier charge with this key, or None."""
-        acc = repo.get_account(session, dataset_id, tenant_id)
+               params: dict[str, Any], account: Any = None) -> ChargeResult | None:
+        """The stored answer of an earlier charge with this key, or None. ``account``: the account row
+        as the caller read it in this transaction (saves reading it again)."""
+        acc = self._account(session, dataset_id, tenant_id, account)
         prior = repo.find_entry(session, dataset_id, idempotency_key) if acc is not None else None
         if acc is None or prior is None or prior.status != "charged":
             return None
@@ -134,18 +140,20 @@ class Ledger:
         return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
                             replayed_response=prior.response)
 
-    def reuse(self, session: Session, *, dataset_id: str, tenant_id: str, reuse_key: str) -> ChargeResult | None:
+    def reuse(self, session: Session, *, dataset_id: str, tenant_id: str, reuse_key: str,
+              account: Any = None) -> ChargeResult | None:
         """The stored answer of an earlier live charge of an identical request, or None (no charge)."""
-        acc = repo.get_account(session, dataset_id, tenant_id)
+        acc = self._account(session, dataset_id, tenant_id, account)
         prior = repo.find_reusable(session, dataset_id, reuse_key) if acc is not None else None
         if acc is None or prior is None:
             return None
         return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
                             replayed_response=prior.response, reused=True, released_at=prior.created_at)
 
-    def precheck(self, session: Session, *, dataset_id: str, tenant_id: str, cost: PrivacyCost) -> None:
+    def precheck(self, session: Session, *, dataset_id: str, tenant_id: str, cost: PrivacyCost,
+                 account: Any = None) -> None:
         """Refuse early (no lock, no model work) when the charge cannot fit; ``charge`` decides for real."""
-        acc = repo.get_account(session, dataset_id, tenant_id)
+        acc = self._account(session, dataset_id, tenant_id, account)
         if acc is None:
             raise NoBudgetAccount(dataset_id)
         spent, _ = compose(state_of(acc).add(charge_of(cost)), acc.delta_budget)
@@ -189,13 +197,13 @@ class Ledger:
         curve = None
         if c.has_curve:
             curve = _json_curve(rdp_on_grid(c.orders, c.rdp, np.asarray(acc.rdp_orders, dtype=float)))
-        entry = repo.add_entry(
+        entry_id = repo.add_entry(
             session, dataset_id=dataset_id, tenant_id=tenant_id, key_id=key_id, mechanism=mechanism, params=params,
             epsilon=c.epsilon, delta=c.delta, rdp=curve, idempotency_key=idempotency_key, status="charged",
             response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
         )
         _store_state(acc, new_state, spent, method)
-        return ChargeResult(entry.id, spent, acc.epsilon_budget, acc.delta_budget)
+        return ChargeResult(entry_id, spent, acc.epsilon_budget, acc.delta_budget)
 
     def refund(self, session: Session, *, dataset_id: str, tenant_id: str, entry_id: int) -> bool:
         """Refund one charge whose output was never released and recompute the totals; False when

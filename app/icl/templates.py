@@ -46,6 +46,8 @@ Exemplar = tuple[str, str]
 
 def as_exemplar(e: Any) -> Exemplar:
     """(input, label) from a pair, a mapping with ``input``/``output`` (or ``label``), or an object with those attributes."""
+    if type(e) is tuple and len(e) == 2 and type(e[0]) is str and type(e[1]) is str:
+        return e  # already one (the common case: no ABC isinstance checks, hundreds per answer)
     if isinstance(e, Mapping):
         text = e.get("input")
         label = e.get("output", e.get("label"))

@@ -71,12 +71,13 @@ class ForwardStats:
     padded_tokens: int = 0
     reused_tokens: int = 0
     forward_calls: int = 0
+    forward_rows: int = 0  # rows (batch entries) over all forward passes
     prefix_cache_hits: int = 0
     merged_steps: int = 0  # forward passes that carried the decode steps of several sessions
 
     def reset(self) -> None:
         self.forward_tokens = self.padded_tokens = self.reused_tokens = 0
-        self.forward_calls = self.prefix_cache_hits = self.merged_steps = 0
+        self.forward_calls = self.forward_rows = self.prefix_cache_hits = self.merged_steps = 0
 
     def snapshot(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -199,12 +200,21 @@ class HFLanguageModel:
         with self._tok_lock:
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of a prompt, exactly as the scoring and generation calls see it (BOS rule above)."""
-        ids = self._encode_plain(text)
+    def _encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """Plain token ids of several texts in one batched tokenizer call (one lock, one Rust call)."""
+        if not texts:
+            return []
+        with self._tok_lock:
+            return [list(r) for r in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def _with_bos(self, ids: list[int]) -> list[int]:
         if self._bos_id is not None and (not ids or ids[0] != self._bos_id):
             ids = [self._bos_id] + ids
         return ids
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of a prompt, exactly as the scoring and generation calls see it (BOS rule above)."""
+        return self._with_bos(self._encode_plain(text))
 
     def detokenize(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         with self._tok_lock:
@@ -218,10 +228,13 @@ class HFLanguageModel:
                 messages, tokenize=False, add_generation_prompt=add_generation_prompt
             )
 
-    def _encode_prompts(self, prompts: Sequence[str], extra: int = 0) -> list[list[int]]:
+    def _encode_prompts(self, prompts: Sequence[str], extra: int = 0,
+                        encoded: list[list[int]] | None = None) -> list[list[int]]:
+        """Token rows of prompts (one batched tokenizer call; ``encoded``: their plain ids, already
+        computed by the caller's batched call), checked against the context."""
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
-        rows = [self.tokenize(p) for p in prompts]
+        rows = [self._with_bos(r) for r in (encoded if encoded is not None else self._encode_many(prompts))]
         for i, r in enumerate(rows):
             if not r:
                 raise CapabilityError(f"prompt {i} is empty after tokenization; model {self.name!r} needs at least one token")
@@ -294,6 +307,7 @@ class HFLanguageModel:
         kv.mask = attention_mask
         kv.lengths = kv.lengths + new_len
         self.stats.forward_calls += 1
+        self.stats.forward_rows += n
         self.stats.forward_tokens += int(new_len.sum())
         self.stats.padded_tokens += n * s
         return out.last_hidden_state
@@ -389,10 +403,13 @@ class HFLanguageModel:
         """
         if isinstance(continuations, str):
             raise TypeError("continuations must be a sequence of strings, not one string")
-        conts = [self._encode_plain(c) for c in continuations]
-        k_count = len(conts)
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a sequence of strings, not one string")
+        k_count = len(continuations)
+        both = self._encode_many([*continuations, *prompts])  # one tokenizer call per answer
+        conts = both[:k_count]
         longest_cont = max((len(c) for c in conts), default=0)
-        prows = self._encode_prompts(prompts, extra=longest_cont)
+        prows = self._encode_prompts(prompts, extra=longest_cont, encoded=both[k_count:])
         if len(prows) == 0 or k_count == 0 or longest_cont == 0:
             return np.zeros((len(prows), k_count), dtype=np.float64)
         return self.scheduler.submit(("cont", tuple(tuple(c) for c in conts)), prows)

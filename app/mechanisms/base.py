@@ -159,6 +159,9 @@ def normalize_exemplars(exemplars: Sequence[Any]) -> list[Exemplar]:
     """(input, label) pairs from tuples, dicts with input/output (or text/label), or objects."""
     out: list[Exemplar] = []
     for i, e in enumerate(exemplars):
+        if type(e) is tuple and len(e) == 2 and type(e[0]) is str and type(e[1]) is str:
+            out.append(e)  # already a pair of strings (the cached exemplars): no ABC isinstance checks
+            continue
         if isinstance(e, Mapping):
             text, lab = e.get("input", e.get("text")), e.get("output", e.get("label"))
         elif isinstance(e, (tuple, list)) and len(e) == 2:

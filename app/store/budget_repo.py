@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.store.base import utcnow
@@ -21,17 +21,17 @@ def lock_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAcc
     The first statement is a write (``version = version + 1``): PostgreSQL locks the
     row until commit, SQLite takes its database write lock, so concurrent charges
     on one dataset serialise on both backends and each sees the previous one's
-    committed total.
+    committed total. The same statement returns the row as it is after the write
+    (``UPDATE ... RETURNING``, PostgreSQL and SQLite >= 3.35): one round trip, and the
+    session's copy is refreshed from it (``populate_existing``), never a stale one.
     """
-    res = session.execute(
+    return session.scalars(
         update(BudgetAccount)
         .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.tenant_id == tenant_id)
         .values(version=BudgetAccount.version + 1)
-    )
-    if res.rowcount == 0:
-        return None
-    session.expire_all()
-    return session.get(BudgetAccount, dataset_id, populate_existing=True)
+        .returning(BudgetAccount),
+        execution_options={"populate_existing": True, "synchronize_session": False},
+    ).one_or_none()
 
 
 def get_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAccount | None:
@@ -61,11 +61,9 @@ def get_entry(session: Session, entry_id: int) -> LedgerEntry | None:
     return session.get(LedgerEntry, entry_id)
 
 
-def add_entry(session: Session, **fields) -> LedgerEntry:
-    e = LedgerEntry(**fields)
-    session.add(e)
-    session.flush()
-    return e
+def add_entry(session: Session, **fields) -> int:
+    """Append a ledger entry; its id. One ``INSERT ... RETURNING`` (no unit-of-work flush)."""
+    return int(session.execute(insert(LedgerEntry).values(**fields).returning(LedgerEntry.id)).scalar_one())
 
 
 def live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:

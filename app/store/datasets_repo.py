@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.store.base import new_id
 from app.store.dataset_tables import Dataset, Exemplar
+from app.store.gateway_tables import BudgetAccount
 
 
 def create_dataset(
@@ -56,6 +57,16 @@ def get_dataset_any_tenant(session: Session, dataset_id: str) -> Dataset | None:
 
 def get_dataset(session: Session, dataset_id: str, tenant_id: str) -> Dataset | None:
     return session.scalar(select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id))
+
+
+def get_dataset_with_account(session: Session, dataset_id: str, tenant_id: str) -> tuple[Dataset, BudgetAccount | None] | None:
+    """A dataset the tenant may see and its budget account (None for a public set), in one query."""
+    row = session.execute(
+        select(Dataset, BudgetAccount)
+        .outerjoin(BudgetAccount, (BudgetAccount.dataset_id == Dataset.id) & (BudgetAccount.tenant_id == tenant_id))
+        .where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
+    ).first()
+    return (row[0], row[1]) if row is not None else None
 
 
 def list_datasets(session: Session, tenant_id: str, *, limit: int, offset: int) -> tuple[list[Dataset], int]:

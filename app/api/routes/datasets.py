@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from app.badtext import BadTextError
 from app.jsonbody import JSONBody
 
+from app.answers.dataset_cache import dataset_cache
 from app.api.deps import Offset, RuntimeDep, TenantDep
 from app.api.errors import APIError, dataset_not_found, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
@@ -211,6 +212,7 @@ async def delete_dataset(dataset_id: str, rt: RuntimeDep, tenant: TenantDep):
 
     if not await run_in_threadpool(_delete):
         raise dataset_not_found(dataset_id)
+    dataset_cache(rt).forget(dataset_id)  # other replicas refuse it from their read of the row
     return {"id": dataset_id, "object": "dataset", "deleted": True}
 
 

@@ -23,7 +23,7 @@ from app.jsonbody import JSONBody
 from app.answers import classify as answers_classify, generate as answers_generate
 from app.answers.flow import dataset_task
 from app.answers.presentation import compact_privacy
-from app.api.answer_http import IncludeQuery, answer_headers
+from app.api.answer_http import IncludeQuery, answer_headers, client_gone
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
@@ -146,13 +146,13 @@ async def chat_completions(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
             params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
             return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse, client_gone=request.is_disconnected)
+            reuse=body.reuse, client_gone=client_gone(request))
         content = ans.body.get("text", "")
     else:
         ans = await answers_classify.classify(
             rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
             model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse, client_gone=request.is_disconnected)
+            reuse=body.reuse, client_gone=client_gone(request))
         content = ans.body["label"]
     b = ans.body
     out = {

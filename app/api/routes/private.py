@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field
 from app.jsonbody import JSONBody
 
 from app.answers.classify import classify as classify_answer
-from app.api.answer_http import IncludeQuery, respond
+from app.api.answer_http import IncludeQuery, client_gone, respond
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.schemas import AdjacencyName, ClassificationAnswer, ClassifyMechanism, MechanismList
@@ -55,7 +55,7 @@ async def classify(
     ans = await classify_answer(
         rt, principal, dataset_id=body.dataset_id, query=body.query, mechanism=body.mechanism,
         params=body.mechanism_params(), model=body.model, return_internals=body.return_internals, seed=body.seed,
-        idempotency_key=idempotency_key, reuse=body.reuse, client_gone=request.is_disconnected,
+        idempotency_key=idempotency_key, reuse=body.reuse, client_gone=client_gone(request),
     )
     return respond(ans, include)
 

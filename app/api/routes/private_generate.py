@@ -12,7 +12,7 @@ from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.answers.generate import MAX_TOKENS_LIMIT, generate
-from app.api.answer_http import IncludeQuery, respond
+from app.api.answer_http import IncludeQuery, client_gone, respond
 from app.api.schemas import AdjacencyName, GenerateMechanism, GenerationAnswer, GenerationMechanismList
 from app.jsonbody import JSONBody
 
@@ -71,7 +71,7 @@ async def private_generate(
         rt, principal, dataset_id=body.dataset_id, query=body.query or body.instruction or "",
         mechanism=body.mechanism, params=params, model=body.model, max_tokens=body.max_tokens,
         return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-        embedder=body.embedder, reuse=body.reuse, client_gone=request.is_disconnected,
+        embedder=body.embedder, reuse=body.reuse, client_gone=client_gone(request),
     )
     return respond(ans, include)
 
