@@ -137,20 +137,24 @@ def compose(state: BudgetState, delta_budget: float) -> tuple[float, str]:
 
 def _pld_route(state: BudgetState, delta_left: float) -> tuple[float, str]:
     """The PLD group at delta_1 + the other curves by RDP at delta_left - delta_1 + the curveless
-    charges by basic composition; delta_1 optimised (any split is valid, so a coarse search is safe)."""
+    charges by basic composition; the split optimised (any split is valid, so a coarse search is safe)."""
     assert state.rest_rdp is not None
     group = compose_counts(state.pld_counts)
     if not bool(np.any(state.rest_rdp > 0)):
         return float(group.epsilon(delta_left) + state.nocurve_epsilon), "pld"
+    # Search over the group's epsilon e1 (its delta_1 = delta(e1), an upper bound, with a hair of slack for
+    # float error), so each step is one delta evaluation and one RDP conversion, no root solve.
+    lo, hi = group.epsilon(delta_left * 0.999), group.epsilon(delta_left * 1e-6)
 
-    def total(u: float) -> float:  # u = logit of delta_1's share
-        share = 1.0 / (1.0 + math.exp(-u))
-        d1, d2 = delta_left * share, delta_left * (1.0 - share)
-        if d1 <= 0.0 or d2 <= 0.0:
+    def total(e1: float) -> float:
+        d1 = group.delta(e1) * (1.0 + 1e-9)
+        if not d1 < delta_left:
             return math.inf
-        return float(group.epsilon(d1) + convert_rdp(state.orders, state.rest_rdp, d2, "best").epsilon)
+        return float(e1 + convert_rdp(state.orders, state.rest_rdp, delta_left - d1, "best").epsilon)
 
-    res = optimize.minimize_scalar(total, bounds=(-12.0, 12.0), method="bounded",
-                                   options={"xatol": 0.02, "maxiter": 40})
-    best = min(float(res.fun), total(0.0))
+    best = min(total(lo), total(hi))
+    if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+        res = optimize.minimize_scalar(total, bounds=(lo, hi), method="bounded",
+                                       options={"xatol": 1e-4 * max(1.0, hi), "maxiter": 30})
+        best = min(best, float(res.fun))
     return best + state.nocurve_epsilon, "pld+rdp"

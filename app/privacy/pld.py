@@ -21,7 +21,7 @@ composed delta(eps) is a finite sum over the discrete (pure) part of the Gaussia
 when the pure events share one epsilon. Several pure epsilons are combined on a grid of width h,
 each type's loss rounded *up* (pointwise larger loss, so delta(eps), increasing in L, is an upper
 bound: the pessimistic estimate of Meiser & Mohammadi 2018 / dp_accounting), error <= h per type.
-Binomial tails beyond 20 standard deviations are dropped and their whole mass added to delta
+Binomial tails beyond 12 standard deviations are dropped and their whole mass added to delta
 (each outcome adds at most its probability). Nothing here discretises the Gaussian part.
 
 The state is the count per type (``counts``: key -> count), so one more charge recomposes
@@ -47,7 +47,7 @@ GRID = 1e-4  # loss grid width when several pure epsilons are combined (error <=
 MAX_GRID_POINTS = 4_000_000
 MAX_PURE_TYPES = 64  # beyond: epsilons rounded up onto a 2^(1/256) geometric grid first
 MAX_COUNT = 10**9
-_TAIL_SD = 20.0
+_TAIL_SD = 12.0
 
 
 def _param(x: Any, name: str, *, allow_zero: bool = False) -> float:
@@ -137,7 +137,7 @@ _POINT = _Discrete(np.zeros(1), np.ones(1), 0.0)
 @lru_cache(maxsize=512)
 def _binomial(eps: float, k: int) -> _Discrete:
     """k-fold randomized response at eps: L = eps (2J - k), J ~ Bin(k, p), p = e^eps/(1+e^eps)
-    (Kairouz et al. 2015, Thm 3.3), within 20 standard deviations; the rest is ``dropped``."""
+    (Kairouz et al. 2015, Thm 3.3), within 12 standard deviations; the rest is ``dropped``."""
     p = float(special.expit(eps))
     m, sd = k * p, math.sqrt(k * p * (1.0 - p))
     lo = max(0, int(math.floor(m - _TAIL_SD * sd)) - 10)
