@@ -84,13 +84,42 @@ def charge_cost(repeats: int) -> list[dict]:
     return rows
 
 
+def dp_accounting_cost(repeats: int) -> dict | None:
+    """What dp_accounting would cost per charge at 10,000 Gaussian answers (the runtime-dependency option):
+    rebuild by self-composition, or keep the composed PLD and compose one more answer; each then converts."""
+    try:
+        from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    except ImportError:
+        return None
+    sigma = RNM().cost({"epsilon": 0.05, "delta": BUDGET_DELTA, "partitions": 4})["params"]["sigma"]
+    one = pld_lib.from_gaussian_mechanism(sigma, sensitivity=2**0.5, value_discretization_interval=1e-4)
+    big = one.self_compose(10_000)
+
+    def rebuild() -> None:
+        one.self_compose(10_001).get_epsilon_for_delta(BUDGET_DELTA)
+
+    def incremental() -> None:
+        big.compose(one).get_epsilon_for_delta(BUDGET_DELTA)
+
+    out = {}
+    for name, fn in (("rebuild_ms", rebuild), ("incremental_ms", incremental)):
+        ts = []
+        for _ in range(max(3, repeats // 3)):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        out[name] = 1e3 * statistics.median(ts)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--repeats", type=int, default=15)
     a = ap.parse_args()
     out = {"python": platform.python_version(), "machine": platform.machine(), "budget": [BUDGET_EPS, BUDGET_DELTA],
-           "answers": answers_per_budget(), "charge": charge_cost(a.repeats)}
+           "answers": answers_per_budget(), "charge": charge_cost(a.repeats),
+           "dp_accounting_10000": dp_accounting_cost(a.repeats)}
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -104,6 +133,10 @@ def main() -> None:
     print(f"{'entries':>8} " + " ".join(f"{k:>12}" for k in keys))
     for r in out["charge"]:
         print(f"{r['entries']:>8} " + " ".join(f"{r[k]:>12.3f}" for k in keys))
+    if out["dp_accounting_10000"]:
+        d = out["dp_accounting_10000"]
+        print(f"\ndp_accounting at 10,000 Gaussian answers: rebuild {d['rebuild_ms']:.1f} ms, "
+              f"compose one more into a kept PLD {d['incremental_ms']:.1f} ms (each + conversion)")
 
 
 if __name__ == "__main__":

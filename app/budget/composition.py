@@ -144,7 +144,7 @@ def _pld_route(state: BudgetState, delta_left: float) -> tuple[float, str]:
         return float(group.epsilon(delta_left) + state.nocurve_epsilon), "pld"
     # Search over the group's epsilon e1 (its delta_1 = delta(e1), an upper bound, with a hair of slack for
     # float error), so each step is one delta evaluation and one RDP conversion, no root solve.
-    lo, hi = group.epsilon(delta_left * 0.999), group.epsilon(delta_left * 1e-6)
+    lo, hi = group.epsilon(delta_left * 0.999, rtol=1e-6), group.epsilon(delta_left * 1e-6, rtol=1e-6)
 
     def total(e1: float) -> float:
         d1 = group.delta(e1) * (1.0 + 1e-9)

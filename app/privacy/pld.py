@@ -99,7 +99,7 @@ class PldSpec:
     def from_dict(cls, d: Any) -> PldSpec:
         if not isinstance(d, Mapping):
             raise PrivacyInputError("must be an object", param="pld")
-        return cls(str(d.get("kind")), d.get("parameter"), d.get("count", 1))
+        return cls(str(d.get("kind")), _param(d.get("parameter"), "pld.parameter"), _count(d.get("count", 1), "pld.count"))
 
 
 def parse_key(key: str) -> tuple[str, float]:
@@ -129,6 +129,24 @@ class _Discrete:
                 lp = np.log(self.probs)
             object.__setattr__(self, "_log_probs", lp)
         return lp
+
+    def _cums(self) -> tuple[np.ndarray, np.ndarray]:
+        got = self.__dict__.get("_cums_")
+        if got is None:
+            z = np.zeros(1)
+            # Inflated by 1e-12: float summation never makes these bounds smaller than the true masses.
+            got = (np.concatenate([z, np.cumsum(self.probs)]) * (1 + 1e-12),
+                   np.concatenate([np.cumsum(self.probs[::-1])[::-1], z]) * (1 + 1e-12))
+            object.__setattr__(self, "_cums_", got)
+        return got
+
+    def mass_below(self, i: int) -> float:
+        """Total probability of atoms [0, i) (rounded up)."""
+        return float(self._cums()[0][i])
+
+    def mass_from(self, i: int) -> float:
+        """Total probability of atoms [i, n) (rounded up)."""
+        return float(self._cums()[1][i])
 
 
 _POINT = _Discrete(np.zeros(1), np.ones(1), 0.0)
@@ -225,28 +243,45 @@ class Composed:
         return self.mu == 0.0 and self.pure is _POINT
 
     def log_delta(self, eps: float) -> float:
-        """log delta(eps) (module docstring), from log-CDFs so that tails do not underflow."""
-        e = eps - self.pure.losses
+        """log delta(eps) (module docstring), from log-CDFs so that tails do not underflow.
+
+        With a Gaussian part only atoms within c = mu^2/2 + 14 mu of eps are evaluated: an atom
+        below adds at most Phi(-14) of its mass (delta_G(e) <= Phi(-e/mu + mu/2), decreasing in e),
+        one above at most its mass (delta_G <= 1); both bounds are added, so this stays an upper bound."""
+        d = self.pure
+        parts: list[float] = []
         if self.mu == 0.0:
+            lo, hi = int(np.searchsorted(d.losses, eps, side="right")), d.losses.size
+            e = eps - d.losses[lo:hi]
             with np.errstate(divide="ignore"):
-                terms = np.where(e < 0, np.log(-np.expm1(np.minimum(e, 0.0))), -np.inf)
+                terms = np.log(-np.expm1(np.minimum(e, 0.0)))
         else:
             mu = self.mu
+            c = mu * mu / 2.0 + 14.0 * mu
+            lo = int(np.searchsorted(d.losses, eps - c, side="right"))
+            hi = int(np.searchsorted(d.losses, eps + c, side="right"))
+            e = eps - d.losses[lo:hi]
             la = special.log_ndtr(-e / mu + mu / 2.0)
             lb = e + special.log_ndtr(-e / mu - mu / 2.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 terms = np.where(lb < la, la + np.log1p(-np.exp(np.minimum(lb - la, 0.0))), -np.inf)
-        total = _logsumexp(terms + self.pure.log_probs)
-        if self.pure.dropped > 0.0:
-            total = float(np.logaddexp(total, math.log(self.pure.dropped)))
-        return total
+            below, above = d.mass_below(lo), d.mass_from(hi)
+            if below > 0.0:
+                parts.append(math.log(below) + float(special.log_ndtr(-14.0)))
+            if above > 0.0:
+                parts.append(math.log(above))
+        if hi > lo:
+            parts.append(_logsumexp(terms + d.log_probs[lo:hi]))
+        if d.dropped > 0.0:
+            parts.append(math.log(d.dropped))
+        return _logsumexp(np.array(parts)) if parts else -math.inf
 
     def delta(self, eps: float) -> float:
         return math.exp(self.log_delta(eps))
 
-    def epsilon(self, delta: float) -> float:
-        """The smallest eps >= 0 with delta(eps) <= delta (nudged up until that holds in floating
-        point: never below the truth); inf when the dropped tail alone exceeds delta."""
+    def epsilon(self, delta: float, rtol: float = 4 * np.finfo(float).eps) -> float:
+        """The smallest eps >= 0 with delta(eps) <= delta (to relative ``rtol``, nudged up until that
+        holds in floating point: never below the truth); inf when the dropped tail alone exceeds delta."""
         if self.empty:
             return 0.0
         target = math.log(delta) - 1e-12  # a hair below: float error in the sum never flips the test
@@ -266,7 +301,7 @@ class Composed:
         def f(e: float) -> float:
             return max(self.log_delta(e), -1e4) - target
 
-        e = float(optimize.brentq(f, 0.0, hi, xtol=1e-12, rtol=4 * np.finfo(float).eps, maxiter=200))
+        e = float(optimize.brentq(f, 0.0, hi, xtol=1e-12, rtol=max(rtol, 4 * np.finfo(float).eps), maxiter=200))
         for _ in range(200):
             if f(e) <= 0.0:
                 return e
