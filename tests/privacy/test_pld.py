@@ -210,10 +210,13 @@ def _ledger_state(hist, with_pld: bool) -> BudgetState:
 def test_random_histories_bracket_the_oracle_and_never_exceed_rdp(hist, log_delta):
     delta = 10.0**log_delta
     ours = pld_epsilon(_counts(hist), delta)
-    assert ours >= _oracle_lower(hist, delta) * (1 - 1e-9)
+    lower = _oracle_lower(hist, delta)
+    # (The optimistic oracle answers inf when its own tail truncation fails on huge histories: no bound then.)
+    lower = lower if math.isfinite(lower) else 0.0
+    assert ours >= lower * (1 - 1e-9)
     assert pld_delta(_counts(hist), ours) <= delta * (1 + 1e-9)
     # The ledger charges the smaller of this and today's route: never more than today's.
     today, _ = compose(_ledger_state(hist, False), delta)
     now, route = compose(_ledger_state(hist, True), delta)
     assert now <= today
-    assert now >= _oracle_lower(hist, delta) * (1 - 1e-9)
+    assert now >= lower * (1 - 1e-9)
