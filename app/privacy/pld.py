@@ -38,7 +38,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import optimize, signal, special, stats
+from scipy import optimize, special, stats
 
 from app.privacy.errors import PrivacyInputError
 
@@ -174,22 +174,22 @@ def _grid_index(losses: np.ndarray, h: float) -> np.ndarray:
 _PRUNE = 1e-40  # cells below this mass are dropped (their mass goes to ``dropped``)
 
 
-def _combine(i1: np.ndarray, p1: np.ndarray, i2: np.ndarray, p2: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """The distribution of the sum of two independent grid losses (sparse when small, FFT when large)."""
-    if i1.size * i2.size <= 2_000_000:
-        idx = (i1[:, None] + i2[None, :]).ravel()
-        mass = (p1[:, None] * p2[None, :]).ravel()
-        uniq, inv = np.unique(idx, return_inverse=True)
-        return uniq, np.bincount(inv, weights=mass), 0.0
-    lo1, lo2 = int(i1[0]), int(i2[0])
-    d1 = np.zeros(int(i1[-1]) - lo1 + 1)
-    d2 = np.zeros(int(i2[-1]) - lo2 + 1)
-    np.add.at(d1, i1 - lo1, p1)
-    np.add.at(d2, i2 - lo2, p2)
-    # FFT rounding: |error| <= 1e-15 per cell (masses sum to 1); that much per cell is added to delta.
-    out = np.clip(signal.fftconvolve(d1, d2), 0.0, None)
-    nz = np.nonzero(out)[0]
-    return nz.astype(np.int64) + lo1 + lo2, out[nz], out.size * 1e-15
+MAX_PAIRS = 4_000_000  # atoms x atoms per sparse convolution step; beyond, the grid is coarsened
+
+
+def _merge(idx: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    uniq, inv = np.unique(idx, return_inverse=True)
+    return uniq, np.bincount(inv, weights=mass)
+
+
+def _combine(i1: np.ndarray, p1: np.ndarray, i2: np.ndarray, p2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distribution of the sum of two independent grid losses (exact sparse convolution)."""
+    return _merge((i1[:, None] + i2[None, :]).ravel(), (p1[:, None] * p2[None, :]).ravel())
+
+
+def _coarsen(idx: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Halve the grid: every index rounded *up* (losses only grow: still an upper bound)."""
+    return _merge(-np.floor_divide(-idx, 2), mass)
 
 
 @lru_cache(maxsize=64)
@@ -205,9 +205,15 @@ def _pure_part(types: tuple[tuple[float, int], ...]) -> _Discrete:
     idx, mass = _grid_index(parts[0].losses, h), parts[0].probs
     dropped = sum(p.dropped for p in parts)
     for part in parts[1:]:
-        idx, mass, slack = _combine(idx, mass, _grid_index(part.losses, h), part.probs)
+        i2, p2 = _merge(_grid_index(part.losses, h), part.probs)
+        for _ in range(64):  # bounded: each halving at least halves the distinct indices of a wide grid
+            if idx.size * i2.size <= MAX_PAIRS:
+                break
+            h *= 2.0
+            (idx, mass), (i2, p2) = _coarsen(idx, mass), _coarsen(i2, p2)
+        idx, mass = _combine(idx, mass, i2, p2)
         keep = mass >= _PRUNE
-        dropped += slack + float(np.sum(mass[~keep]))
+        dropped += float(np.sum(mass[~keep]))
         idx, mass = idx[keep], mass[keep]
     return _Discrete(idx * h, mass, dropped)
 

@@ -169,9 +169,25 @@ def test_bad_counts_and_kinds_are_refused():
         pld_delta({}, math.nan)
 
 
+# Histories a budget can hold (total mu <= ~14, epsilons up to ~100s). Far beyond, dp_accounting's own
+# estimates stop bracketing the truth: for 268 answers at mu 2 (delta 1e-8) its "optimistic" 719.61 is above
+# the exact 718.822 (test_a_huge_gaussian_history_is_exact_where_the_oracle_is_not).
 hist_st = st.lists(
-    st.tuples(st.sampled_from(["gaussian", "pure"]), st.floats(0.01, 2.0), st.integers(1, 300)), min_size=1,
+    st.tuples(st.sampled_from(["gaussian", "pure"]), st.floats(0.01, 1.0), st.integers(1, 200)), min_size=1,
     max_size=4)
+
+
+def test_a_huge_gaussian_history_is_exact_where_the_oracle_is_not():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    ours = pld_epsilon(_counts([("gaussian", 2.0, 268)]), 1e-8)
+    mu = mpmath.mpf(2.0) * mpmath.sqrt(268)
+
+    def delta(e):  # Balle & Wang 2018 Thm 8 in 50-digit arithmetic
+        e = mpmath.mpf(e)
+        return mpmath.ncdf(-e / mu + mu / 2) - mpmath.e**e * mpmath.ncdf(-e / mu - mu / 2)
+
+    assert delta(ours) <= mpmath.mpf("1e-8") < delta(ours * (1 - 1e-9))
 
 
 def _oracle_lower(hist, delta):
@@ -205,7 +221,7 @@ def _ledger_state(hist, with_pld: bool) -> BudgetState:
     return s
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(hist=hist_st, log_delta=st.floats(-10.0, -3.0))
 def test_random_histories_bracket_the_oracle_and_never_exceed_rdp(hist, log_delta):
     delta = 10.0**log_delta
@@ -213,10 +229,12 @@ def test_random_histories_bracket_the_oracle_and_never_exceed_rdp(hist, log_delt
     lower = _oracle_lower(hist, delta)
     # (The optimistic oracle answers inf when its own tail truncation fails on huge histories: no bound then.)
     lower = lower if math.isfinite(lower) else 0.0
-    assert ours >= lower * (1 - 1e-9)
+    # 1e-7: the oracle's own float noise (35 answers at 0.5, delta 1e-8: its optimistic 17.32476896 is 1e-9
+    # above the exact 17.32476894, which 40-digit arithmetic on Kairouz et al.'s sum confirms).
+    assert ours >= lower * (1 - 1e-7)
     assert pld_delta(_counts(hist), ours) <= delta * (1 + 1e-9)
     # The ledger charges the smaller of this and today's route: never more than today's.
     today, _ = compose(_ledger_state(hist, False), delta)
     now, route = compose(_ledger_state(hist, True), delta)
     assert now <= today
-    assert now >= lower * (1 - 1e-9)
+    assert now >= lower * (1 - 1e-7)
