@@ -308,10 +308,11 @@ class Composed:
             return max(self.log_delta(e), -1e4) - target
 
         e = float(optimize.brentq(f, 0.0, hi, xtol=1e-12, rtol=max(rtol, 4 * np.finfo(float).eps), maxiter=200))
-        for _ in range(200):
+        step = max(e * 1e-12, 1e-15)
+        for _ in range(200):  # doubling steps: any gap left by the solver's tolerance is closed
             if f(e) <= 0.0:
                 return e
-            e = max(e * (1 + 1e-12), e + 1e-15)
+            e, step = e + step, 2.0 * step
         return hi
 
 
