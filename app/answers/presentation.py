@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 
-# The accountant's native form of a cost: RDP curves (~100 orders each). The ledger composes
-# them; an answer carries them only with ``?include=accounting``.
-ACCOUNTING_KEYS = ("orders", "rdp")
+# The accountant's native form of a cost: RDP curves (~100 orders each) and the dominating pair
+# (app.privacy.pld). The ledger composes them; an answer carries them only with ``?include=accounting``.
+ACCOUNTING_KEYS = ("orders", "rdp", "pld")
 ACCOUNTING_PARAMS = ("rdp_without_ptr_delta",)
 
 

@@ -9,6 +9,14 @@ few steps RDP loses to basic composition):
   is converted at the budget's delta (ICLInf Thm C.8 / Mironov, minimised over the
   order grid, ICLInf Alg. 2). Charges without an RDP curve are added by basic
   composition on top, with the delta they use taken off the conversion's delta.
+
+and, when some charges carry an exact dominating pair (Gaussian and pure-epsilon events,
+``app.privacy.pld``), a third: those charges composed by their privacy loss distribution at
+delta_1, the other curves by RDP at delta_2 and the curveless ones by basic composition, with
+delta_1 + delta_2 + (their delta) = the budget's delta and the epsilons added (basic composition
+of the two groups, valid also when their answers interleave: Vadhan & Wang 2021, concurrent
+composition; Dwork & Roth 2014 Thm 3.16); the split is optimised. The ledger charges the smallest
+of the three (each is a valid upper bound): never more than RDP alone. See docs/budget.md.
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+from scipy import optimize
 
+from app.privacy.pld import PldSpec, compose_counts
 from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
 
@@ -30,6 +40,7 @@ class Charge:
     delta: float
     orders: Sequence[float] | None = None
     rdp: Sequence[float] | None = None
+    pld: PldSpec | None = None  # only together with a curve (the RDP route still needs one)
 
     @property
     def has_curve(self) -> bool:
@@ -47,21 +58,38 @@ class BudgetState:
     nocurve_epsilon: float = 0.0
     nocurve_delta: float = 0.0
     charges: int = 0
+    # The PLD route: counts per event type of the charges with a dominating pair, and the RDP sum
+    # of the other curves (None: every curve so far is such an other one -- accounts from before).
+    pld_counts: dict[str, int] = field(default_factory=dict)
+    rest_rdp: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.orders = np.asarray(self.orders, dtype=float)
         if self.rdp_sum is None:
             self.rdp_sum = np.zeros_like(self.orders)
         self.rdp_sum = np.asarray(self.rdp_sum, dtype=float)
+        self.rest_rdp = self.rdp_sum.copy() if self.rest_rdp is None else np.asarray(self.rest_rdp, dtype=float)
+        self.pld_counts = {str(k): int(n) for k, n in self.pld_counts.items()}
+
+    def copy(self) -> "BudgetState":
+        assert self.rdp_sum is not None and self.rest_rdp is not None
+        return BudgetState(self.orders.copy(), self.rdp_sum.copy(), self.basic_epsilon, self.basic_delta,
+                           self.nocurve_epsilon, self.nocurve_delta, self.charges, dict(self.pld_counts),
+                           self.rest_rdp.copy())
 
     def add(self, c: Charge) -> "BudgetState":
         """A new state with ``c`` composed in (self is unchanged)."""
-        s = BudgetState(self.orders.copy(), self.rdp_sum.copy(), self.basic_epsilon, self.basic_delta,
-                        self.nocurve_epsilon, self.nocurve_delta, self.charges + 1)
+        s = self.copy()
+        s.charges += 1
         s.basic_epsilon += float(c.epsilon)
         s.basic_delta += float(c.delta)
         if c.has_curve:
-            s.rdp_sum = s.rdp_sum + rdp_on_grid(c.orders, c.rdp, s.orders)
+            curve = rdp_on_grid(c.orders, c.rdp, s.orders)
+            s.rdp_sum = s.rdp_sum + curve
+            if c.pld is not None:
+                s.pld_counts[c.pld.key] = s.pld_counts.get(c.pld.key, 0) + c.pld.count
+            else:
+                s.rest_rdp = s.rest_rdp + curve
         else:
             s.nocurve_epsilon += float(c.epsilon)
             s.nocurve_delta += float(c.delta)
@@ -69,6 +97,10 @@ class BudgetState:
 
     def rdp_json(self) -> list[float | None]:
         return [float(x) if math.isfinite(x) else None for x in self.rdp_sum]
+
+    def rest_json(self) -> list[float | None]:
+        assert self.rest_rdp is not None
+        return [float(x) if math.isfinite(x) else None for x in self.rest_rdp]
 
     @staticmethod
     def rdp_from_json(values: Sequence[float | None]) -> np.ndarray:
@@ -95,6 +127,34 @@ def compose(state: BudgetState, delta_budget: float) -> tuple[float, str]:
     delta_left = delta_budget - state.nocurve_delta
     if has_curves and delta_left > 0:
         rdp_eps = convert_rdp(state.orders, state.rdp_sum, delta_left, "best").epsilon + state.nocurve_epsilon
-    if rdp_eps < basic:
-        return float(rdp_eps), "rdp"
-    return float(basic), "basic"
+    best, route = (float(rdp_eps), "rdp") if rdp_eps < basic else (float(basic), "basic")
+    if state.pld_counts and delta_left > 0:
+        pld_eps, pld_route = _pld_route(state, delta_left)
+        if pld_eps < best:
+            return pld_eps, pld_route
+    return best, route
+
+
+def _pld_route(state: BudgetState, delta_left: float) -> tuple[float, str]:
+    """The PLD group at delta_1 + the other curves by RDP at delta_left - delta_1 + the curveless
+    charges by basic composition; the split optimised (any split is valid, so a coarse search is safe)."""
+    assert state.rest_rdp is not None
+    group = compose_counts(state.pld_counts)
+    if not bool(np.any(state.rest_rdp > 0)):
+        return float(group.epsilon(delta_left) + state.nocurve_epsilon), "pld"
+    # Search over the group's epsilon e1 (its delta_1 = delta(e1), an upper bound, with a hair of slack for
+    # float error), so each step is one delta evaluation and one RDP conversion, no root solve.
+    lo, hi = group.epsilon(delta_left * 0.999, rtol=1e-6), group.epsilon(delta_left * 1e-6, rtol=1e-6)
+
+    def total(e1: float) -> float:
+        d1 = group.delta(e1) * (1.0 + 1e-9)
+        if not d1 < delta_left:
+            return math.inf
+        return float(e1 + convert_rdp(state.orders, state.rest_rdp, delta_left - d1, "best").epsilon)
+
+    best = min(total(lo), total(hi))
+    if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+        res = optimize.minimize_scalar(total, bounds=(lo, hi), method="bounded",
+                                       options={"xatol": 1e-4 * max(1.0, hi), "maxiter": 30})
+        best = min(best, float(res.fun))
+    return best + state.nocurve_epsilon, "pld+rdp"

@@ -3,9 +3,9 @@ largest per-answer epsilon for which N more answers fit (pure math, no SQL).
 
 The forecast composes exactly as the ledger does (``app.budget.ledger.Ledger.charge``):
 the same ``BudgetState.add`` arithmetic in the same order (one charge after another,
-so floating-point sums are bit-identical), the same ``compose`` (the smaller of basic
-composition, Dwork & Roth 2014 Thm 3.16, and RDP composition, Mironov 2017 Prop. 1,
-converted at the budget's delta) and the same acceptance test ``fits``. So "N answers
+so floating-point sums are bit-identical), the same ``compose`` (the smallest of basic
+composition, Dwork & Roth 2014 Thm 3.16, RDP composition, Mironov 2017 Prop. 1,
+converted at the budget's delta, and PLD composition of the charges that have one) and the same acceptance test ``fits``. So "N answers
 remaining" means: the next N identical charges are accepted and the (N+1)-th is
 refused, provided nothing else is charged or refunded in between.
 
@@ -33,27 +33,35 @@ class Count:
     answers: int  # identical answers that fit after the current state
     capped: bool  # True: at least ``answers`` (the simulation stopped at the limit)
     epsilon_spent_after: float  # composed spend after those answers (at the budget's delta)
-    method: str  # composition route after those answers: rdp | basic | none
+    method: str  # composition route after those answers: rdp | basic | pld | pld+rdp | none
 
 
 def repeat(state: BudgetState, charge: Charge, k: int) -> BudgetState:
     """``state.add(charge)`` applied ``k`` times, with the same floating-point operations in the
-    same order (the curve is carried to the grid once: ``rdp_on_grid`` is deterministic)."""
+    same order (the curve is carried to the grid once: ``rdp_on_grid`` is deterministic; the PLD
+    counts are integers)."""
     if k <= 0:
         return state
     grid = rdp_on_grid(charge.orders, charge.rdp, state.orders) if charge.has_curve else None
-    rdp = state.rdp_sum.copy()
+    assert state.rest_rdp is not None
+    rdp, rest = state.rdp_sum.copy(), state.rest_rdp.copy()
+    counts = dict(state.pld_counts)
     be, bd, ne, nd = state.basic_epsilon, state.basic_delta, state.nocurve_epsilon, state.nocurve_delta
     eps, dl = float(charge.epsilon), float(charge.delta)
+    pld = charge.pld if grid is not None else None
     for _ in range(k):
         be += eps
         bd += dl
         if grid is not None:
             rdp = rdp + grid
+            if pld is None:
+                rest = rest + grid
         else:
             ne += eps
             nd += dl
-    return BudgetState(state.orders.copy(), rdp, be, bd, ne, nd, state.charges + k)
+    if pld is not None:
+        counts[pld.key] = counts.get(pld.key, 0) + k * pld.count
+    return BudgetState(state.orders.copy(), rdp, be, bd, ne, nd, state.charges + k, counts, rest)
 
 
 def _ok(state: BudgetState, epsilon_budget: float, delta_budget: float) -> bool:

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from app.budget.composition import BudgetState, Charge, compose, fits
 from app.privacy.accountant import PrivacyCost
+from app.privacy.pld import PldSpec
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_on_grid
 from app.store import budget_repo as repo
 from app.store.base import utcnow
@@ -81,6 +82,9 @@ def state_of(acc: Any) -> BudgetState:
         nocurve_epsilon=acc.nocurve_epsilon,
         nocurve_delta=acc.nocurve_delta,
         charges=acc.charges,
+        pld_counts=dict(acc.pld_counts or {}),
+        # None: an account from before PLD composition, every curve so far in the RDP group.
+        rest_rdp=BudgetState.rdp_from_json(acc.rest_rdp) if acc.rest_rdp is not None else None,
     )
 
 
@@ -91,6 +95,8 @@ def _store_state(acc: Any, state: BudgetState, spent: float, method: str) -> Non
     acc.nocurve_epsilon = state.nocurve_epsilon
     acc.nocurve_delta = state.nocurve_delta
     acc.charges = state.charges
+    acc.pld_counts = dict(state.pld_counts)
+    acc.rest_rdp = state.rest_json()
     acc.epsilon_spent = spent
     acc.composition_method = method
     acc.updated_at = utcnow()
@@ -101,12 +107,14 @@ def _json_curve(values) -> list[float | None]:
 
 
 def charge_of(cost: PrivacyCost) -> Charge:
-    """What the ledger composes of a typed cost: its own (epsilon, delta) and its RDP curve when known."""
+    """What the ledger composes of a typed cost: its own (epsilon, delta), its RDP curve when known and
+    its dominating pair (PLD) when it has one and a curve."""
     if not isinstance(cost, PrivacyCost):
         raise TypeError(f"a ledger charge takes a PrivacyCost, got {type(cost).__name__}")
     has_curve = bool(cost.orders) and bool(cost.rdp)
     return Charge(epsilon=float(cost.epsilon), delta=float(cost.delta),
-                  orders=cost.orders if has_curve else None, rdp=cost.rdp if has_curve else None)
+                  orders=cost.orders if has_curve else None, rdp=cost.rdp if has_curve else None,
+                  pld=cost.pld if has_curve and math.isfinite(cost.epsilon) else None)
 
 
 class Ledger:
@@ -119,7 +127,7 @@ class Ledger:
             session, dataset_id=dataset_id, tenant_id=tenant_id, adjacency=adjacency, epsilon_budget=epsilon,
             delta_budget=delta, epsilon_spent=0.0, composition_method=None, rdp_orders=list(DEFAULT_ORDERS),
             rdp_sum=state.rdp_json(), basic_epsilon=0.0, basic_delta=0.0, nocurve_epsilon=0.0, nocurve_delta=0.0,
-            charges=0, version=0,
+            charges=0, version=0, pld_counts={}, rest_rdp=state.rest_json(),
         )
 
     @staticmethod
@@ -199,7 +207,8 @@ class Ledger:
             curve = _json_curve(rdp_on_grid(c.orders, c.rdp, np.asarray(acc.rdp_orders, dtype=float)))
         entry_id = repo.add_entry(
             session, dataset_id=dataset_id, tenant_id=tenant_id, key_id=key_id, mechanism=mechanism, params=params,
-            epsilon=c.epsilon, delta=c.delta, rdp=curve, idempotency_key=idempotency_key, status="charged",
+            epsilon=c.epsilon, delta=c.delta, rdp=curve, pld=c.pld.to_dict() if c.pld is not None else None,
+            idempotency_key=idempotency_key, status="charged",
             response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
         )
         _store_state(acc, new_state, spent, method)
@@ -217,7 +226,8 @@ class Ledger:
         state = BudgetState(orders=np.asarray(acc.rdp_orders, dtype=float))
         for e in repo.live_entries(session, dataset_id):
             state = state.add(Charge(e.epsilon, e.delta, acc.rdp_orders if e.rdp is not None else None,
-                                     [math.inf if x is None else x for x in e.rdp] if e.rdp is not None else None))
+                                     [math.inf if x is None else x for x in e.rdp] if e.rdp is not None else None,
+                                     PldSpec.from_dict(e.pld) if e.pld is not None and e.rdp is not None else None))
         spent, method = compose(state, acc.delta_budget)
         _store_state(acc, state, spent, method)
         return True

@@ -21,7 +21,8 @@ def cost_dict(
 ) -> dict[str, Any]:
     """``PrivacyCost.to_dict()`` with the mechanism's own (epsilon, delta) guarantee (exact
     Gaussian / pure eps, tighter than an RDP conversion) and the event's RDP curve and zCDP
-    rho, so that a ledger can compose answers through RDP."""
+    rho, so that a ledger can compose answers through RDP, and its exact dominating pair when it
+    has one, so that the ledger can compose those by PLD (``app.privacy.pld``)."""
     acc = RdpAccountant(adjacency=adjacency).compose(event)
     cost = PrivacyCost(
         epsilon=float(epsilon),
@@ -34,6 +35,7 @@ def cost_dict(
         orders=tuple(float(x) for x in acc.orders),
         rdp=tuple(float(x) for x in acc.rdp),
         rho=acc.rho,
+        pld=event.pld_spec(adjacency),
     )
     d = cost.to_dict()
     d["is_private"] = True

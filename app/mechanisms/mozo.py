@@ -135,6 +135,7 @@ from app.mechanisms.poe_decode import bounded_range_privacy, resolve_epsilon_per
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import PrivacyCost, PureDPEvent, RdpAccountant
 from app.privacy.adjacency import Adjacency
+from app.privacy.pld import PldSpec
 from app.privacy.rdp import DEFAULT_ORDERS
 from app.privacy.subsampling import amplified_epsilon, deamplified_epsilon
 
@@ -503,6 +504,8 @@ def subsampled_privacy(cfg: MozoConfig, delta: float, adjacency: str) -> dict[st
         orders=tuple(float(x) for x in acc.orders),
         rdp=tuple(float(x) for x in acc.rdp),
         rho=cfg.tokens * ep**2 / 2.0,  # Bun & Steinke 2016 Prop. 3.3: eps-DP => eps^2/2-zCDP
+        # Each amplified step is eps'-DP: the ledger may compose them by PLD (randomized response pair).
+        pld=PldSpec("pure", ep, cfg.tokens) if ep > 0 and cfg.tokens >= 1 else None,
     )
     d = cost.to_dict()
     d["is_private"] = True

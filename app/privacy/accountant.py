@@ -26,6 +26,7 @@ from app.privacy import _validate as v
 from app.privacy.adjacency import Adjacency
 from app.privacy.clip_softmax import _rdp_per_token, _sensitivity
 from app.privacy.errors import PrivacyInputError
+from app.privacy.pld import PldSpec
 from app.privacy.rdp import (
     DEFAULT_ORDERS,
     check_rdp_curve,
@@ -60,6 +61,10 @@ class DpEvent:
         """A total zCDP rho that the event satisfies (all repetitions), or None."""
         return None
 
+    def pld_spec(self, adjacency: Adjacency) -> PldSpec | None:
+        """The event's exact dominating pair for PLD composition (``app.privacy.pld``), or None."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"type": type(self).__name__}
         d.update({k: (list(val) if isinstance(val, tuple) else val) for k, val in self.__dict__.items()})
@@ -90,6 +95,11 @@ class GaussianEvent(DpEvent):
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
         r = self.sensitivity / self.sigma  # x * x, not x ** 2: overflow gives inf, not OverflowError
         return self.count * r * r / 2.0
+
+    def pld_spec(self, adjacency: Adjacency) -> PldSpec | None:
+        # Exactly (Delta/sigma)-GDP: N(0,1) vs N(Delta/sigma,1) (Dong, Roth & Su 2022, Thm 2.7).
+        mu = self.sensitivity / self.sigma
+        return PldSpec("gaussian", mu, self.count) if mu > 0 and math.isfinite(mu) else None
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,10 @@ class PureDPEvent(DpEvent):
 
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
         return self.count * self.epsilon * self.epsilon / 2.0  # Bun & Steinke 2016 Prop. 3.3
+
+    def pld_spec(self, adjacency: Adjacency) -> PldSpec | None:
+        # Any eps-DP release is dominated by binary randomized response (Kairouz et al. 2015, Thm 3.3).
+        return PldSpec("pure", self.epsilon, self.count) if self.epsilon > 0 else None
 
 
 @dataclass(frozen=True)
@@ -239,6 +253,7 @@ class PrivacyCost:
     orders: tuple[float, ...] | None = None
     rdp: tuple[float, ...] | None = None
     rho: float | None = None
+    pld: PldSpec | None = None  # the exact dominating pair, when the event has one (app.privacy.pld)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -252,6 +267,7 @@ class PrivacyCost:
             "orders": list(self.orders) if self.orders is not None else None,
             "rdp": [_json_float(x) for x in self.rdp] if self.rdp is not None else None,
             "rho": _json_float(self.rho),
+            "pld": self.pld.to_dict() if self.pld is not None else None,
         }
 
     @classmethod
@@ -269,6 +285,7 @@ class PrivacyCost:
             orders=tuple(d["orders"]) if d.get("orders") is not None else None,
             rdp=tuple(math.inf if x is None else float(x) for x in rdp) if rdp is not None else None,
             rho=d.get("rho"),
+            pld=PldSpec.from_dict(d["pld"]) if d.get("pld") is not None else None,
         )
 
     def as_event(self) -> DpEvent:

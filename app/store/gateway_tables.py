@@ -61,6 +61,10 @@ class BudgetAccount(Base):
     nocurve_epsilon: Mapped[float] = mapped_column(Float, default=0.0)
     nocurve_delta: Mapped[float] = mapped_column(Float, default=0.0)
     charges: Mapped[int] = mapped_column(Integer, default=0)
+    # PLD composition (app.budget.composition): counts per event type of the charges with a dominating
+    # pair, and the RDP sum of the other curves. None: an account from before (all curves are RDP).
+    pld_counts: Mapped[dict[str, int] | None] = mapped_column(JSON, nullable=True)
+    rest_rdp: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
     version: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -84,6 +88,7 @@ class LedgerEntry(Base):
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
     rdp: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
+    pld: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # app.privacy.pld.PldSpec
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     status: Mapped[str] = mapped_column(String(16), default="charged")  # charged | refunded
     response: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

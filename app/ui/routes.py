@@ -462,6 +462,7 @@ async def dataset_page(request: Request, dataset_id: str):
     from app.budget.composition import Charge
     from app.budget.forecast import count_answers
     from app.budget.ledger import state_of
+    from app.privacy.pld import PldSpec
     from app.store import budget_repo
     from app.store import datasets_repo as repo
 
@@ -480,7 +481,8 @@ async def dataset_page(request: Request, dataset_id: str):
             last = next((e for e in reversed(rows) if e.status == "charged"), None)
             if last is not None:
                 curve = [math.inf if x is None else float(x) for x in last.rdp] if last.rdp else None
-                c = Charge(last.epsilon, last.delta, acc.rdp_orders if curve else None, curve)
+                pld = PldSpec.from_dict(last.pld) if last.pld is not None and curve else None
+                c = Charge(last.epsilon, last.delta, acc.rdp_orders if curve else None, curve, pld)
                 n = count_answers(state_of(acc), c, acc.epsilon_budget, acc.delta_budget, limit=100_000)
                 forecast = {"answers": n.answers, "capped": n.capped, "mechanism": last.mechanism,
                             "epsilon": last.epsilon, "delta": last.delta, "rdp": curve is not None}

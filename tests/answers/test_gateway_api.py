@@ -62,7 +62,10 @@ def test_fifty_concurrent_answers_against_a_budget_of_ten(live_server):
             assert r.json()["label"] in LABELS
             assert float(r.headers["X-DPICL-Epsilon-Spent"]) <= 10.0 + 1e-9
     budget = httpx.get(f"{live_server}/v1/datasets/{ds}/budget").json()
-    assert budget["charges"] == 10 and budget["epsilon_spent"] == pytest.approx(10.0)
+    # PLD composition (optimal composition of eps-DP answers, Kairouz et al. 2015) charges ten eps-1 answers
+    # 9.99977 at delta 1e-5, a hair under basic composition's 10; an 11th would cost 10.9997.
+    assert budget["charges"] == 10 and budget["epsilon_spent"] == pytest.approx(10.0, rel=1e-4)
+    assert budget["epsilon_spent"] <= 10.0
     ledger = httpx.get(f"{live_server}/v1/datasets/{ds}/ledger").json()
     live = [e for e in ledger["data"] if e["status"] == "charged"]
     assert len(live) == 10 and sum(e["epsilon"] for e in live) <= 10.0 + 1e-9
@@ -74,7 +77,7 @@ def test_private_answer_headers_idempotency_and_internals(live_server):
     a = httpx.post(f"{live_server}/v1/private/classify", json=req, headers={"Idempotency-Key": "q-1"}, timeout=T)
     assert a.status_code == 200, a.text
     body = a.json()
-    assert body["privacy"]["epsilon"] == pytest.approx(1.0) and body["budget"]["epsilon_remaining"] == pytest.approx(4.0)
+    assert body["privacy"]["epsilon"] == pytest.approx(1.0) and body["budget"]["epsilon_remaining"] == pytest.approx(4.0, rel=1e-4)
     assert "noisy_votes" in str(body["internals"])
     b = httpx.post(f"{live_server}/v1/private/classify", json=req, headers={"Idempotency-Key": "q-1"}, timeout=T)
     assert b.status_code == 200 and b.headers.get("Idempotent-Replayed") == "true"
@@ -123,7 +126,7 @@ def test_openai_client_gets_a_private_answer(live_server):
     assert resp.object == "chat.completion"
     assert resp.choices[0].message.content in LABELS
     dp = resp.model_extra["dp"]
-    assert dp["privacy"]["epsilon"] == pytest.approx(1.0) and dp["budget"]["epsilon_spent"] == pytest.approx(1.0)
+    assert dp["privacy"]["epsilon"] == pytest.approx(1.0) and dp["budget"]["epsilon_spent"] == pytest.approx(1.0, rel=1e-4)
     models = client.models.list()
     assert "smollm2-135m-instruct" in [m.id for m in models.data]
     with pytest.raises(openai.UnprocessableEntityError):
@@ -253,7 +256,7 @@ def test_crash_between_charge_and_release(tmp_path, fresh_database_url):
         assert r.status_code == 200 and r.headers.get("Idempotent-Replayed") == "true"
         assert r.json()["label"] in LABELS
         budget = httpx.get(f"{url}/v1/datasets/{ds}/budget").json()
-        assert budget["charges"] == 1 and budget["epsilon_spent"] == pytest.approx(1.0)
+        assert budget["charges"] == 1 and budget["epsilon_spent"] == pytest.approx(1.0, rel=1e-4)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -105,7 +105,7 @@ def test_survives_restart(database_url, lm, embedder):
     from tests.conftest import LiveServer, free_port, server_settings
 
     settings = server_settings(database_url)
-    # Laplace RNM is pure DP: each answer costs exactly epsilon 1 by basic composition.
+    # Laplace RNM is pure DP: each answer costs epsilon 1 by basic composition (a hair less by PLD).
     answer = {"query": "Is it raining?", "mechanism": "rnm", "epsilon": 1.0, "partitions": 2,
               "shots_per_partition": 2, "params": {"noise": "laplace"}}
     seen: dict = {}
@@ -135,7 +135,7 @@ def test_survives_restart(database_url, lm, embedder):
                                json={"dataset_id": ds_id, **answer, "query": "Will it snow tomorrow?"}, timeout=180)
                 assert r.status_code == 200, r.text
                 budget = httpx.get(f"{srv.url}/v1/datasets/{ds_id}/budget").json()
-                assert budget["charges"] == 2 and budget["epsilon_spent"] == pytest.approx(2.0)
+                assert budget["charges"] == 2 and budget["epsilon_spent"] == pytest.approx(2.0, rel=1e-4)
         finally:
             srv.stop()
             rt.close()

@@ -31,7 +31,7 @@ def test_datasets_answers_budget_and_errors(live_server):
         b = dp.classify(ds["id"], "Snow is falling in the mountains.", idempotency_key="sdk-q1", **params)
         assert b["label"] == a["label"] and dp.last_response.headers.get("Idempotent-Replayed") == "true"
         budget = dp.budget(ds["id"])
-        assert budget["charges"] == 1 and budget["epsilon_spent"] == pytest.approx(1.0)  # Laplace: exactly 1
+        assert budget["charges"] == 1 and budget["epsilon_spent"] == pytest.approx(1.0, rel=1e-4)  # Laplace: 1 by basic, 0.99999 by PLD
         assert len([e for e in dp.ledger(ds["id"])["data"] if e["status"] == "charged"]) == 1
 
         with pytest.raises(InvalidRequest) as bad:
@@ -65,7 +65,7 @@ def test_async_client_answers_concurrently(live_server):
 
     outs, budget = asyncio.run(go())
     assert all(o["label"] in LABELS for o in outs)
-    assert budget["charges"] == 2 and budget["epsilon_remaining"] == pytest.approx(0.0, abs=1e-9)
+    assert budget["charges"] == 2 and budget["epsilon_remaining"] == pytest.approx(0.0, abs=1e-4)
 
 
 class _Flaky(BaseHTTPRequestHandler):

@@ -102,8 +102,10 @@ async def forecast(dataset_id: str, request: Request, rt: RuntimeDep, tenant: Te
         "budget": {"epsilon": acc.epsilon_budget, "delta": acc.delta_budget, "epsilon_spent": acc.epsilon_spent,
                    "epsilon_remaining": max(0.0, acc.epsilon_budget - acc.epsilon_spent), "charges": acc.charges,
                    "composition": acc.composition_method},
-        "composition": "the ledger's: the smaller of basic composition (sum of each answer's epsilon, when the "
-                       "deltas sum within the budget's) and RDP composition converted at the budget's delta",
+        "composition": "the ledger's: the smallest of basic composition (sum of each answer's epsilon, when the "
+                       "deltas sum within the budget's), RDP composition converted at the budget's delta, and "
+                       "PLD composition of the Gaussian and pure-epsilon answers (with the others by RDP, the "
+                       "delta split optimised); see docs/budget.md",
         "assumes": "every forecast answer is a fresh private answer with these parameters and this same cost "
                    "(the cost is data-independent); nothing else is charged or refunded meanwhile; answers "
                    "reused from identical earlier requests are free and not counted",
