@@ -10,8 +10,9 @@ few steps RDP loses to basic composition):
   order grid, ICLInf Alg. 2). Charges without an RDP curve are added by basic
   composition on top, with the delta they use taken off the conversion's delta.
 
-and, when some charges carry an exact dominating pair (Gaussian and pure-epsilon events,
-``app.privacy.pld``), a third: those charges composed by their privacy loss distribution at
+and, when some charges are Gaussian (an exact dominating pair, ``app.privacy.pld``), a third: those
+charges composed by their privacy loss distribution (for Gaussians: mu-GDP with mu^2 the sum of the
+mu_i^2, Dong, Roth & Su 2022 Cor. 3.3) at
 delta_1, the other curves by RDP at delta_2 and the curveless ones by basic composition, with
 delta_1 + delta_2 + (their delta) = the budget's delta and the epsilons added (basic composition
 of the two groups, valid also when their answers interleave: Vadhan & Wang 2021, concurrent
@@ -29,6 +30,14 @@ import numpy as np
 from scipy import optimize
 
 from app.privacy.pld import PldSpec, compose_counts
+
+# Which dominating pairs the *ledger* composes by PLD. The ledger is a privacy filter: each answer's epsilon is
+# chosen after earlier answers were seen, and it stops at the budget. For Gaussian answers that is proven
+# (fully adaptive GDP composition: Smith & Thakurta 2022, Thm 1.1; mu^2 sums). For pure-epsilon answers of
+# different, adaptively chosen epsilons we know of no such proof for PLD composition, so they stay on the RDP /
+# basic routes (valid filters: Feldman & Zrnic 2021; Rogers et al. 2016). app.privacy.pld still composes
+# pure pairs for callers with a fixed, non-adaptive sequence.
+PLD_LEDGER_KINDS = frozenset({"gaussian"})
 from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
 
@@ -86,7 +95,7 @@ class BudgetState:
         if c.has_curve:
             curve = rdp_on_grid(c.orders, c.rdp, s.orders)
             s.rdp_sum = s.rdp_sum + curve
-            if c.pld is not None:
+            if c.pld is not None and c.pld.kind in PLD_LEDGER_KINDS:
                 s.pld_counts[c.pld.key] = s.pld_counts.get(c.pld.key, 0) + c.pld.count
             else:
                 s.rest_rdp = s.rest_rdp + curve

@@ -4,14 +4,14 @@ Nullable, no backfill: an account with pld_counts NULL composes every earlier cu
 (rest_rdp NULL reads as rdp_sum), which is what it was charged under.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-11-26
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

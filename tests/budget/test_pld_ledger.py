@@ -1,4 +1,5 @@
-"""The ledger composes Gaussian and pure-epsilon answers by their privacy loss distribution (issue 30),
+"""The ledger composes Gaussian answers by their privacy loss distribution (issue 30; pure-epsilon answers stay
+on RDP, composition.PLD_LEDGER_KINDS),
 on both databases: the charged epsilon against dp_accounting's PLD accountant, the answer count it
 allows (and not one more), concurrency, refunds, mixed histories and accounts from before."""
 
@@ -142,8 +143,13 @@ def test_refund_recomposes_the_pld_counts(db):
         assert Ledger().refund(s, dataset_id=ds, tenant_id="t1", entry_id=ids[1])
         s.commit()
     after = _account(db, ds)
-    assert before.pld_counts == {g.pld.key: 3, lap.pld.key: 2} and after.pld_counts == {g.pld.key: 3, lap.pld.key: 1}
+    # Only Gaussian answers join the PLD group (composition.PLD_LEDGER_KINDS); the Laplace ones stay on RDP.
+    assert before.pld_counts == {g.pld.key: 3} and after.pld_counts == {g.pld.key: 3}
     assert after.epsilon_spent < before.epsilon_spent and after.charges == 4
+    with db.session() as s:
+        assert Ledger().refund(s, dataset_id=ds, tenant_id="t1", entry_id=ids[0])
+        s.commit()
+    assert _account(db, ds).pld_counts == {g.pld.key: 2}
 
 
 def test_a_mixed_history_is_charged_no_more_than_rdp_alone(db):
