@@ -30,6 +30,7 @@ import numpy as np
 from scipy import optimize
 
 from app.privacy.pld import PldSpec, compose_counts
+from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
 # Which dominating pairs the *ledger* composes by PLD. The ledger is a privacy filter: each answer's epsilon is
 # chosen after earlier answers were seen, and it stops at the budget. For Gaussian answers that is proven
@@ -38,7 +39,6 @@ from app.privacy.pld import PldSpec, compose_counts
 # basic routes (valid filters: Feldman & Zrnic 2021; Rogers et al. 2016). app.privacy.pld still composes
 # pure pairs for callers with a fixed, non-adaptive sequence.
 PLD_LEDGER_KINDS = frozenset({"gaussian"})
-from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
 
 @dataclass(frozen=True)
