@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU half of the serving benchmarks (issue 27), as one prepared command for a lent GPU machine (the
 # `device` tool; see docs/models.md "On a GPU"). That machine has torch + transformers but no network and no
-# web stack: the wheels travel in .whl (cp312 manylinux, fetched with `pip download`), the SmolLM2 config and
+# web stack: the wheels travel in .whl (cp312 manylinux: `bash scripts/gpu_wheels.sh` fetches them), the SmolLM2 config and
 # tokenizer in .gpu_assets (`python benchmarks/gpu_check.py --prepare .gpu_assets`); the weights are random
 # (same architecture, so the same compute per pass as the bundled model).
 #   1. benchmarks/gpu_check.py: the model's passes alone (two-pass vs one-pass vs CUDA graphs vs batched);
