@@ -83,7 +83,9 @@ def require(*scopes: str):
     async def _dep(request: Request) -> Principal:
         # Open mode by configuration needs no database: decided here, on the event loop. Otherwise
         # the key lookup (a database read) runs in a worker thread, as a sync dependency would.
-        if request.app.state.runtime.settings.auth_mode == "open":
+        # The AuthMiddleware has usually resolved the key already (request.state.principal): no hop then.
+        if request.app.state.runtime.settings.auth_mode == "open" or \
+                getattr(request.state, "principal", None) is not None:
             p = get_principal(request)
         else:
             p = await run_in_threadpool(get_principal, request)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -42,28 +41,10 @@ JobId = Annotated[str, Path(min_length=1, max_length=64)]
 _require_auditor = require("audit", "admin")
 
 
-def _auth_needs_db(request: Request) -> bool:
-    """False when the principal comes from memory: open mode, or auto mode while its cached
-    "no keys yet" answer is fresh (auth.py re-reads it from the database every 2 s)."""
-    if getattr(request.state, "principal", None) is not None:
-        return False
-    rt = request.app.state.runtime
-    mode = rt.settings.auth_mode
-    if mode == "open":
-        return False
-    if mode == "auto":
-        cache = rt.extras.get("_auth_cache")
-        return not (cache is not None and cache.value is False and time.monotonic() - cache.at < 1.5)
-    return True
-
-
 async def _auditor(request: Request) -> Principal:
-    # An async dependency: a sync one always costs a thread hop, and under load (a CPU-bound job
-    # holding the GIL, a busy box) each hop adds milliseconds to every submission. Key checks that
-    # read the database still run in the threadpool.
-    if _auth_needs_db(request):
-        return await run_in_threadpool(_require_auditor, request)
-    return _require_auditor(request)
+    # An async dependency (require() resolves the key on the event loop when the AuthMiddleware has already,
+    # or in the threadpool when it must read the database): a sync one always costs a thread hop.
+    return await _require_auditor(request)
 
 
 # Every route needs a key with the "audit" scope (open mode: everyone); jobs belong to the key's tenant.
