@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Path as PathParam
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse
+
+from app.api.errors import error_body
 
 STATIC_PREFIX = "/apidocs-static"
+# The only files served (a fixed list: no path from the request reaches the file system).
+ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+          "redoc.standalone.js": "text/javascript", "favicon.png": "image/png"}
 
 
 def assets_dir() -> Path:
@@ -26,8 +30,15 @@ def assets_dir() -> Path:
 
 def install_api_docs(app: FastAPI) -> None:
     """Call on an app built with ``docs_url=None, redoc_url=None``."""
-    app.mount(STATIC_PREFIX, StaticFiles(directory=assets_dir()), name="apidocs-static")
     title = app.title
+    folder = assets_dir()
+
+    @app.get(STATIC_PREFIX + "/{name}", include_in_schema=False)
+    async def asset(name: str = PathParam(max_length=64)):
+        if name not in ASSETS:
+            return JSONResponse(error_body(f"no API-docs asset {name!r}", "not_found_error", "name"), status_code=404)
+        return FileResponse(folder / name, media_type=ASSETS[name],
+                            headers={"Cache-Control": "public, max-age=86400"})
 
     @app.get("/docs", include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
