@@ -307,6 +307,15 @@ def _one_call(server: str, call, what: str, seconds: float = 120.0) -> Any:
             raise _cli_error(exc, deadline, what) from None
 
 
+def call_or_exit(server: str, call, what: str) -> Any:
+    """One SDK call for a CLI command: its answer, or the error on stderr and exit code 2."""
+    try:
+        return _one_call(server, call, what)
+    except CLIError as exc:
+        typer.echo(f"dpicl: {exc.message}", err=True)
+        raise typer.Exit(EXIT_ERROR)
+
+
 @audit_app.command("plan")
 def plan(
     server: str = typer.Option(..., "--server", envvar="DPICL_SERVER", help="base URL, e.g. http://dpicl:8000"),

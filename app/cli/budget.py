@@ -37,7 +37,7 @@ def forecast(
     as_json: bool = typer.Option(False, "--json", help="print the forecast JSON"),
 ) -> None:
     """Forecast a dataset's remaining answers, composed exactly as the ledger composes them."""
-    from app.cli.audit import EXIT_ERROR, CLIError, _one_call
+    from app.cli.audit import call_or_exit
 
     q: dict[str, Any] = {k: v for k, v in (("mechanism", mechanism), ("epsilon", epsilon), ("delta", delta),
                                            ("partitions", partitions), ("shots_per_partition", shots_per_partition),
@@ -47,11 +47,7 @@ def forecast(
         if k in q:
             raise typer.BadParameter(f"{k} is given twice", param_hint="--param")
         q[k] = v
-    try:
-        out = _one_call(server, lambda c: c.budget_forecast(dataset_id, **q), "the service refused the forecast")
-    except CLIError as exc:
-        typer.echo(f"dpicl: {exc.message}", err=True)
-        raise typer.Exit(EXIT_ERROR)
+    out = call_or_exit(server, lambda c: c.budget_forecast(dataset_id, **q), "the service refused the forecast")
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return

@@ -19,13 +19,9 @@ _SERVER = typer.Option("http://127.0.0.1:8000", "--server", envvar="DPICL_SERVER
 @datasets_app.command("samples")
 def samples(server: str = _SERVER, as_json: bool = typer.Option(False, "--json")) -> None:
     """List the bundled sample tasks."""
-    from app.cli.audit import EXIT_ERROR, CLIError, _one_call
+    from app.cli.audit import call_or_exit
 
-    try:
-        out = _one_call(server, lambda c: c.samples(), "the service refused the sample list")
-    except CLIError as exc:
-        typer.echo(f"dpicl: {exc.message}", err=True)
-        raise typer.Exit(EXIT_ERROR)
+    out = call_or_exit(server, lambda c: c.samples(), "the service refused the sample list")
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
@@ -43,15 +39,11 @@ def load_sample(
     as_json: bool = typer.Option(False, "--json", help="print the dataset JSON"),
 ) -> None:
     """Load a bundled sample task as a new private dataset; prints its id."""
-    from app.cli.audit import EXIT_ERROR, CLIError, _one_call
+    from app.cli.audit import call_or_exit
 
     budget = {"epsilon": budget_epsilon, "delta": budget_delta} if budget_epsilon is not None else None
-    try:
-        ds = _one_call(server, lambda c: c.load_sample(sample, name=name, budget=budget),
-                       "the service refused to load the sample")
-    except CLIError as exc:
-        typer.echo(f"dpicl: {exc.message}", err=True)
-        raise typer.Exit(EXIT_ERROR)
+    ds = call_or_exit(server, lambda c: c.load_sample(sample, name=name, budget=budget),
+                      "the service refused to load the sample")
     if as_json:
         typer.echo(json.dumps(ds, indent=2))
         return

@@ -36,38 +36,33 @@ def _check(lo: float, hi: float) -> None:
         raise ValueError(f"bisection bounds must satisfy 0 <= lo < hi < inf, got {lo!r}, {hi!r}")
 
 
-def largest_true(pred: Callable[[float], bool], lo: float, hi: float) -> float:
-    """Largest float x in [lo, hi) found by bisection with pred(x) True, given pred(lo) True and
-    pred(hi) False (the caller checks both ends). At most 64 evaluations of pred."""
+def _flip(pred: Callable[[float], bool], lo: float, hi: float, at_lo: bool) -> tuple[int, int]:
+    """Adjacent float bit patterns (a, b) in [lo, hi] with pred == at_lo at a and != at_lo at b, given that
+    at lo and hi (the caller checks both ends). At most MAX_STEPS (64) evaluations of pred."""
     _check(lo, hi)
-    a, b = _bits(lo), _bits(hi)  # pred True at a, False at b
+    a, b = _bits(lo), _bits(hi)
     for _ in range(MAX_STEPS):
         if b - a <= 1:
             break
         tick()
         m = (a + b) // 2
-        if pred(_float(m)):
+        if pred(_float(m)) == at_lo:
             a = m
         else:
             b = m
-    return _float(a)
+    return a, b
+
+
+def largest_true(pred: Callable[[float], bool], lo: float, hi: float) -> float:
+    """Largest float x in [lo, hi) found by bisection with pred(x) True, given pred(lo) True and
+    pred(hi) False (the caller checks both ends). At most 64 evaluations of pred."""
+    return _float(_flip(pred, lo, hi, True)[0])
 
 
 def smallest_true(pred: Callable[[float], bool], lo: float, hi: float) -> float:
     """Smallest float x in (lo, hi] found by bisection with pred(x) True, given pred(lo) False and
     pred(hi) True (the caller checks both ends). At most 64 evaluations of pred."""
-    _check(lo, hi)
-    a, b = _bits(lo), _bits(hi)  # pred False at a, True at b
-    for _ in range(MAX_STEPS):
-        if b - a <= 1:
-            break
-        tick()
-        m = (a + b) // 2
-        if pred(_float(m)):
-            b = m
-        else:
-            a = m
-    return _float(b)
+    return _float(_flip(pred, lo, hi, False)[1])
 
 
 # ---------------------------------------------------------------------------
