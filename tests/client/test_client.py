@@ -181,6 +181,8 @@ def test_paths_and_fields_match_the_live_openapi(live_server):
     rec.audit_kinds()
     rec.create_dataset("n", [{"input": "a", "output": "b"}], labels=["b"], budget={"epsilon": 1, "delta": 1e-5})
     rec.list_datasets(limit=1)
+    rec.samples()
+    rec.load_sample("assistant_intents", name="n", budget={"epsilon": 1, "delta": 1e-5})
     rec.get_dataset("ds_1")
     rec.delete_dataset("ds_1")
     rec.budget("ds_1")
