@@ -15,12 +15,11 @@ import os
 import shutil
 from pathlib import Path
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2}
-"""The tiny decoder's shape (everything else, vocabulary and rotary settings included, is SmolLM2's)."""
+# The tiny decoder's shape (everything else, vocabulary and rotary settings included, is SmolLM2's) and the
+# files copied beside it: app/llm/tiny.py's, which builds the same model in memory for tests and gpu_check.
+from app.llm.tiny import TINY, TOKENIZER_FILES
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                    "generation_config.json")
+_TOKENIZER_FILES = tuple(f for f in TOKENIZER_FILES if f != "config.json")
 
 
 def bundled_lm_folder(cache_dir: str | None = None) -> Path:
