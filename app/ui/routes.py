@@ -313,7 +313,7 @@ async def new_audit(request: Request):
     page, stop = await _page(request, *AUDITORS)
     if stop:
         return stop
-    from app.api.routes.audits import AuditCreate, submit_audit
+    from app.api.audit_submit import AuditCreate, submit_audit
     from app.jobs import registry
 
     form = await _form(request)
