@@ -626,7 +626,7 @@ class CanaryMIAKind(JobKind):
                   template, rng) -> dict[str, Any]:
         """Run the campaign (closing a remote target's client) and shape the result; the artifacts
         are written by :meth:`_finish`."""
-        from app.audit import CampaignConfig, TargetError, TargetUnavailableError, run_campaign, summary
+        from app.audit import CampaignConfig, run_campaign, summary
 
         tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
         if not target.white_box:
@@ -637,22 +637,11 @@ class CanaryMIAKind(JobKind):
                             threshold_fraction=config.threshold_fraction, objective=config.objective,
                             statistic=config.statistic, n_llm=config.n_llm, n_sample=config.n_sample,
                             signals=None if config.signals is None else tuple(config.signals))
-        try:
+        from app.jobs.kinds.canary_seq import target_failures
+
+        with target_failures(target):
             res = run_campaign(target, exemplars, canary, query, task_labels=labels, template=template, config=cc,
                                rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
-        except TargetUnavailableError as exc:  # the gateway's failure, after retries: not a bug in dpicl
-            raise JobError(str(exc), code="target_unavailable") from None
-        except TargetError as exc:  # the gateway refused (4xx) or answered what is not its API
-            raise JobError(str(exc), code="target_error") from None
-        except egress.EgressRefused as exc:  # the policy changed since submit, or the name resolves elsewhere now
-            raise JobError(f"config.target.url: {exc}", code="egress_refused", param="config.target.url") from None
-        except RuntimeError as exc:  # the remote gateway refused
-            raise JobError(str(exc), code="target_error") from None
-        except ValueError as exc:
-            raise JobConfigError(str(exc), param="config") from None
-        finally:
-            if hasattr(target, "close"):
-                target.close()
         out = res.to_dict()
         if plan is not None:
             out["plan"] = plan

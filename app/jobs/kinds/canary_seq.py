@@ -7,10 +7,36 @@ result carries the trials used, the e-values and the reason, and the verdict is 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from app.jobs.context import JobContext
 from app.jobs.errors import JobConfigError, JobError
+
+
+@contextmanager
+def target_failures(target: Any) -> Iterator[None]:
+    """A canary audit's run against its target, fixed-design or sequential: the target's failures as job
+    errors (the gateway's, not a bug in dpicl), and the target closed whatever happens."""
+    from app.audit import TargetError, TargetUnavailableError
+    from app.jobs import egress
+
+    try:
+        yield
+    except TargetUnavailableError as exc:  # the gateway's failure, after retries
+        raise JobError(str(exc), code="target_unavailable") from None
+    except TargetError as exc:  # the gateway refused (4xx) or answered what is not its API
+        raise JobError(str(exc), code="target_error") from None
+    except egress.EgressRefused as exc:  # the policy changed since submit, or the name resolves elsewhere now
+        raise JobError(f"config.target.url: {exc}", code="egress_refused", param="config.target.url") from None
+    except RuntimeError as exc:  # the remote gateway refused
+        raise JobError(str(exc), code="target_error") from None
+    except ValueError as exc:
+        raise JobConfigError(str(exc), param="config") from None
+    finally:
+        if hasattr(target, "close"):
+            target.close()
 
 
 def cap(trials: int | str) -> int:
@@ -21,11 +47,9 @@ def cap(trials: int | str) -> int:
 
 def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, str]], attack: Any, rng: Any,
         partitions: int | None) -> dict[str, Any]:
-    from app.audit import TargetError, TargetUnavailableError
     from app.audit.campaign import _mechanism_name, _noise
     from app.audit.power import claimed_noise
     from app.audit.sequential import run_sequential
-    from app.jobs import egress
 
     eps_claimed, delta_claimed = target.claimed(len(exemplars))
     claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else eps_claimed
@@ -36,24 +60,11 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     noise = _noise(target, len(exemplars))
     noise = None if noise is None else claimed_noise(noise)
     floor = _mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
-    try:
+    with target_failures(target):
         res = run_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, noise=noise,
                              partitions=partitions, alternatives=list(config.power.alternatives),
                              alpha=1.0 - config.confidence, cap=cap(config.trials), rng=rng, release_floor=floor,
                              progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m))
-    except TargetUnavailableError as exc:
-        raise JobError(str(exc), code="target_unavailable") from None
-    except TargetError as exc:
-        raise JobError(str(exc), code="target_error") from None
-    except egress.EgressRefused as exc:
-        raise JobError(f"config.target.url: {exc}", code="egress_refused", param="config.target.url") from None
-    except RuntimeError as exc:
-        raise JobError(str(exc), code="target_error") from None
-    except ValueError as exc:
-        raise JobConfigError(str(exc), param="config") from None
-    finally:
-        if hasattr(target, "close"):
-            target.close()
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     return {"mode": "sequential", "target": target.name, "attack": attack.to_dict(), "epsilon": None,
             "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
