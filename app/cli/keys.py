@@ -6,6 +6,8 @@ import json
 
 import typer
 
+from app.store.base import DEFAULT_TENANT
+
 keys_app = typer.Typer(no_args_is_help=True)
 
 
@@ -32,11 +34,15 @@ def create(
 ) -> None:
     """Create a key and print it once (only its hash is stored)."""
     from app.api.auth import create_key
+    from app.cli.common import _settings
+    from app.store import keys_repo
 
     db = _db()
     try:
         with db.session() as s:
+            was_keyed = keys_repo.ever_keyed(s)
             key, row = create_key(s, tenant_id=tenant, name=name, scopes=[x.strip() for x in scopes.split(",") if x.strip()])
+            open_data = keys_repo.default_tenant_datasets(s) if tenant != DEFAULT_TENANT else 0
             s.commit()
     except ValueError as exc:
         typer.echo(f"dpicl: {exc}", err=True)
@@ -48,6 +54,26 @@ def create(
     else:
         typer.echo(f"{row.id}  tenant={tenant}  scopes={','.join(row.scopes)}")
         typer.echo(key)
+    for line in what_changed(_settings().auth_mode, was_keyed, tenant, row.scopes, open_data):
+        typer.echo(f"dpicl: {line}", err=True)  # stderr: stdout stays the key (and --json parseable)
+
+
+def what_changed(auth_mode: str, was_keyed: bool, tenant: str, scopes: list[str], open_data: int) -> list[str]:
+    """What a new key changes for whoever used the server before it (issue 29: the README tour broke
+    silently when its first key switched the server to keyed mode)."""
+    out: list[str] = []
+    if auth_mode == "auto" and not was_keyed:
+        out.append("this is the first key: the server (DPICL_AUTH_MODE=auto) is keyed from now on, for good, even "
+                   "if every key is revoked; every API call and /ui need a key (a running server notices within "
+                   "2 s)")
+    if open_data:
+        out.append(f"{open_data} dataset(s) belong to tenant '{DEFAULT_TENANT}' (everything made while the server "
+                   f"was open is); this key (tenant '{tenant}') cannot see them: to keep using them, create a key "
+                   f"with --tenant {DEFAULT_TENANT}")
+    if "admin" not in scopes:
+        out.append("this key has no 'admin' scope: it cannot create, change or delete datasets and budgets "
+                   "(docs/security.md#keys-scopes-tenants)")
+    return out
 
 
 @keys_app.command("list")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from app.store.base import utcnow
+from app.store.base import DEFAULT_TENANT, utcnow
+from app.store.dataset_tables import Dataset
 from app.store.gateway_tables import ApiKey, AuthState
 
 KEYED = "keyed"
@@ -38,6 +39,12 @@ def ever_keyed(session: Session) -> bool:
     """Whether any API key has ever existed here (revoked ones included): the marker row, or (belt and
     braces, e.g. a key row restored from a backup without it) any key row at all."""
     return bool(session.scalar(select(exists().where(AuthState.name == KEYED) | exists().select_from(ApiKey))))
+
+
+def default_tenant_datasets(session: Session) -> int:
+    """How many datasets the default tenant (everyone, in open mode) holds."""
+    return int(session.scalar(select(func.count()).select_from(Dataset).where(Dataset.tenant_id == DEFAULT_TENANT))
+               or 0)
 
 
 def find_by_prefix(session: Session, prefix: str) -> ApiKey | None:
