@@ -29,6 +29,7 @@ Conventions (see docs/models.md):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -81,6 +82,33 @@ class ForwardStats:
 
     def snapshot(self) -> dict[str, int]:
         return dict(self.__dict__)
+
+
+def _flat(rows: Sequence[Sequence[int]], count: int) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=count)
+
+
+def _right_padded(rows: Sequence[Sequence[int]], s: int, pad_id: int, positions: Sequence[Sequence[int]] | None,
+                  segs: Sequence[Sequence[int]] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None,
+                                                                  torch.Tensor | None]:
+    """ids, new-token mask (n, s) and, when given, position ids and segments, right padded: built in
+    numpy, a handful of torch calls per batch whatever its rows (a per-row torch fill made batch assembly
+    cost O(rows) dispatches on the model thread, each of which may wait for the GIL under load)."""
+    n = len(rows)
+    lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
+    real = np.arange(s)[None, :] < lens[:, None]  # row-major: the flattened rows fill it in order
+    total = int(lens.sum())
+    ids = np.full((n, s), pad_id, dtype=np.int64)
+    ids[real] = _flat(rows, total)
+    pos = seg = None
+    if positions is not None:
+        pos = np.zeros((n, s), dtype=np.int64)
+        pos[real] = _flat(positions, total)
+    if segs is not None:
+        seg = np.full((n, s), -1, dtype=np.int64)
+        seg[real] = _flat(segs, total)
+    return (torch.from_numpy(ids), torch.from_numpy(real.astype(np.int64)),
+            None if pos is None else torch.from_numpy(pos), None if seg is None else torch.from_numpy(seg))
 
 
 class HFLanguageModel:
@@ -260,18 +288,7 @@ class HFLanguageModel:
         s = max((len(r) for r in rows), default=0)
         if s == 0:
             return None
-        ids = torch.full((n, s), self._pad_id, dtype=torch.long)
-        new = torch.zeros((n, s), dtype=torch.long)
-        pos = torch.zeros((n, s), dtype=torch.long) if positions is not None else None
-        seg = torch.full((n, s), -1, dtype=torch.long) if segs is not None else None
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-                new[i, : len(r)] = 1
-                if pos is not None and positions is not None:
-                    pos[i, : len(r)] = torch.as_tensor(positions[i], dtype=torch.long)
-                if seg is not None and segs is not None:
-                    seg[i, : len(r)] = torch.as_tensor(segs[i], dtype=torch.long)
+        ids, new, pos, seg = _right_padded(rows, s, self._pad_id, positions, segs)
         if not keep_cache and kv.physical_length == 0 and self.graphs is not None:
             seg_t = seg if seg is not None else torch.where(new > 0, 0, -1)
             pos_t = pos if pos is not None else torch.arange(s).expand(n, s)

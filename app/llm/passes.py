@@ -78,11 +78,31 @@ def _gather_scores(lm: Any, hidden: torch.Tensor, row_idx: list[int], pos_idx: l
     return totals
 
 
-def _graph_batch(lm: Any, rows: Sequence[Sequence[int]]) -> bool:
-    """Whether a batch runs whole through a captured CUDA graph (no shared prefix: on a
-    launch-bound GPU recomputing a header inside one replay is cheaper than an eager prefix pass)."""
+def graph_chunks(lm: Any, lengths: Sequence[int]) -> list[list[int]] | None:
+    """Row indices cut into chunks that each replay one captured CUDA graph, or None: no graphs, or a
+    row longer than every bucket (the batch then runs eagerly, with a shared prefix where one helps).
+
+    No shared prefix on this path: on a launch-bound GPU recomputing a header inside a replay is
+    cheaper than an eager prefix pass. A batch larger than every bucket (the scheduler's token budget
+    on an H100 is 4x the largest bucket) runs as a few replays rather than one eager pass: an eager
+    pass launches ~1,500 kernels from Python, each of which waits for the GIL again while request
+    threads hold it (issue 27: 16-64 concurrent answers). Rows sorted by length, cut greedily: the
+    fewest replays for that order.
+    """
     graphs = getattr(lm, "graphs", None)
-    return graphs is not None and graphs.fits(len(rows), max(len(r) for r in rows))
+    if graphs is None or not lengths:
+        return None
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda j: lengths[j]):  # ascending: row i is the chunk's longest
+        if not graphs.fits(1, lengths[i]):
+            return None
+        if cur and not graphs.fits(len(cur) + 1, lengths[i]):
+            chunks.append(cur)
+            cur = []
+        cur.append(i)
+    chunks.append(cur)
+    return chunks
 
 
 def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
@@ -93,10 +113,11 @@ def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[
         return out
     picked = None if token_ids is None else torch.as_tensor(list(token_ids), device=lm.device)
     with lm._lock:
-        graph = _graph_batch(lm, rows)
+        gchunks = graph_chunks(lm, [len(r) for r in rows])
+        graph = gchunks is not None
         prefix = None if graph else lm._shared_prefix(rows, cap=min(len(r) for r in rows) - 1)
         p = len(prefix) if prefix is not None else 0
-        chunks = [list(range(len(rows)))] if graph else lm._chunks([len(rows[i]) - p for i in range(len(rows))], p)
+        chunks = gchunks if gchunks is not None else lm._chunks([len(rows[i]) - p for i in range(len(rows))], p)
         for chunk in chunks:
             kv = KVBatch.from_prefix(prefix, len(chunk), lm.device)
             suffixes = [rows[i][p:] for i in chunk]
@@ -120,11 +141,12 @@ def continuation_one_pass(lm: Any, prows: list[list[int]], conts: list[list[int]
     starts = np.cumsum([0] + [len(c) for c in conts])[:-1].tolist()
     out = np.zeros((len(prows), k_count), dtype=np.float64)
     with lm._lock:
-        graph = _graph_batch(lm, [r + flat for r in prows])
+        gchunks = graph_chunks(lm, [len(r) + len(flat) for r in prows])
+        graph = gchunks is not None
         prefix = None if graph else lm._shared_prefix(prows, cap=min(len(r) for r in prows) - 1)
         p = len(prefix) if prefix is not None else 0
         lengths = [len(r) - p + len(flat) for r in prows]
-        chunks = [list(range(len(prows)))] if graph else lm._chunks(lengths, p)
+        chunks = gchunks if gchunks is not None else lm._chunks(lengths, p)
         for chunk in chunks:
             kv = KVBatch.from_prefix(prefix, len(chunk), lm.device)
             rows, positions, segs = [], [], []

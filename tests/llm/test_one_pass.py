@@ -99,6 +99,34 @@ def test_bucketed_forward_equals_eager(tiny64, mixed_prompts, labels):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("labels", [SINGLE, LABELS], ids=["single-token", "multi-token"])
+def test_a_batch_larger_than_every_bucket_replays_several_buckets(tiny64, mixed_prompts, labels):
+    """8 rows, buckets of at most 4 x 128 tokens: the batch runs as a few bucket replays (never one
+    eager pass, never a shared-prefix pass), each row scored as in one eager pass."""
+    from app.llm.passes import graph_chunks
+
+    opts = GraphOptions(mode="graph", rows=(1, 2, 4), lengths=(64, 128), max_tokens=512)
+    graphs = GraphForward(tiny64._base, tiny64.device, tiny64._pad_id, opts, capture=False)
+    with paths(tiny64, fast=True, one_pass=True):
+        want = tiny64.continuation_logprobs(mixed_prompts, labels)
+    with paths(tiny64, fast=True, one_pass=True, graphs=graphs):
+        extra = 0 if labels is SINGLE else sum(len(tiny64.tokenizer(c, add_special_tokens=False)["input_ids"])
+                                               for c in labels)
+        lengths = [len(tiny64.tokenize(p)) + extra for p in mixed_prompts]
+        chunks = graph_chunks(tiny64, lengths)
+        assert chunks is not None and sorted(i for c in chunks for i in c) == list(range(8)) and len(chunks) >= 2
+        assert all(graphs.fits(len(c), max(lengths[i] for i in c)) for c in chunks)
+        tiny64.stats.reset()
+        got = tiny64.continuation_logprobs(mixed_prompts, labels)
+        assert tiny64.stats.forward_calls == len(chunks) and tiny64.stats.reused_tokens == 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    # A row longer than every bucket: the whole batch runs eagerly (None), as before.
+    long_graphs = GraphForward(tiny64._base, tiny64.device, tiny64._pad_id,
+                               GraphOptions(mode="graph", rows=(1, 2), lengths=(8,), max_tokens=16), capture=False)
+    with paths(tiny64, fast=True, one_pass=True, graphs=long_graphs):
+        assert graph_chunks(tiny64, lengths) is None
+
+
 def test_one_pass_matches_two_stage_on_smollm2(lm, header_prompts, mixed_prompts):
     """float32: the same quantity within rounding (the two-stage path varies as much across batch shapes)."""
     for prompts in (header_prompts, mixed_prompts):
