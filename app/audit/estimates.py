@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -62,18 +63,52 @@ def margin_statistic(noisy: np.ndarray, positive: int, negative: int | None, kin
 # ---------------------------------------------------------------------------
 
 
-def _cp_lower(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_lower_direct(k: np.ndarray, n: int, level: float) -> np.ndarray:
     out = np.zeros(k.shape, dtype=float)
     pos = k > 0
     out[pos] = special.betaincinv(k[pos], n - k[pos] + 1, 1.0 - level)
     return out
 
 
-def _cp_upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_upper_direct(k: np.ndarray, n: int, level: float) -> np.ndarray:
     out = np.ones(k.shape, dtype=float)
     lt = k < n
     out[lt] = special.betaincinv(k[lt] + 1, n - k[lt], level)
     return out
+
+
+# The planner's power search evaluates the Clopper-Pearson bounds of one (n, level) at thousands of counts
+# (a vectorised bisection per design and alternative: POST /v1/audits/plan with a default config took
+# ~7-27 s of CPU, mostly in betaincinv). The bounds of every count 0..n are one vectorised call, kept per
+# (n, level): the same ufunc on the same arguments, so the same numbers (tests/audit/test_estimates_cache.py).
+CP_TABLE_MAX_N = 100_000
+
+
+@lru_cache(maxsize=64)
+def _cp_table(n: int, level: float, upper: bool) -> np.ndarray:
+    k = np.arange(n + 1, dtype=float)
+    table = _cp_upper_direct(k, n, level) if upper else _cp_lower_direct(k, n, level)
+    table.setflags(write=False)
+    return table
+
+
+def _cp(k: np.ndarray, n: int, level: float, upper: bool) -> np.ndarray:
+    k = np.asarray(k)
+    if 0 <= n <= CP_TABLE_MAX_N and k.size and np.all((k >= 0) & (k <= n)):
+        idx = k.astype(np.int64)
+        if np.array_equal(idx, k):  # integer counts: look them up
+            return _cp_table(int(n), float(level), upper)[idx]
+    return _cp_upper_direct(k, n, level) if upper else _cp_lower_direct(k, n, level)
+
+
+def _cp_lower(k: np.ndarray, n: int, level: float) -> np.ndarray:
+    """Clopper-Pearson lower confidence limit (one-sided at ``level``) of a proportion, k of n."""
+    return _cp(k, n, level, upper=False)
+
+
+def _cp_upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
+    """Clopper-Pearson upper confidence limit (one-sided at ``level``) of a proportion, k of n."""
+    return _cp(k, n, level, upper=True)
 
 
 def _log_ratio(num: np.ndarray, den: np.ndarray, delta: float) -> np.ndarray:
