@@ -77,28 +77,35 @@ def _cp_upper_direct(k: np.ndarray, n: int, level: float) -> np.ndarray:
     return out
 
 
-# The planner's power search evaluates the Clopper-Pearson bounds of one (n, level) at thousands of counts
-# (a vectorised bisection per design and alternative: POST /v1/audits/plan with a default config took
-# ~7-27 s of CPU, mostly in betaincinv). The bounds of every count 0..n are one vectorised call, kept per
-# (n, level): the same ufunc on the same arguments, so the same numbers (tests/audit/test_estimates_cache.py).
-CP_TABLE_MAX_N = 100_000
+# The planner's power search evaluates the Clopper-Pearson limits of one (n, level) at thousands of counts,
+# many of them again and again (a vectorised bisection per design and alternative: POST /v1/audits/plan
+# with a default config took ~7-27 s of CPU, mostly in betaincinv). Each count's limit is computed once
+# per (n, level) and kept: the same ufunc on the same arguments, so the same numbers
+# (tests/audit/test_estimates_cache.py). Racing threads may both fill a count, with the same value.
+CP_MEMO_MAX_N = 100_000  # 0.8 MB per (n, level, side) at most; 32 of them kept
 
 
-@lru_cache(maxsize=64)
-def _cp_table(n: int, level: float, upper: bool) -> np.ndarray:
-    k = np.arange(n + 1, dtype=float)
-    table = _cp_upper_direct(k, n, level) if upper else _cp_lower_direct(k, n, level)
-    table.setflags(write=False)
-    return table
+@lru_cache(maxsize=32)
+def _cp_memo(n: int, level: float, upper: bool) -> np.ndarray:
+    return np.full(n + 1, np.nan)
 
 
 def _cp(k: np.ndarray, n: int, level: float, upper: bool) -> np.ndarray:
     k = np.asarray(k)
-    if 0 <= n <= CP_TABLE_MAX_N and k.size and np.all((k >= 0) & (k <= n)):
-        idx = k.astype(np.int64)
-        if np.array_equal(idx, k):  # integer counts: look them up
-            return _cp_table(int(n), float(level), upper)[idx]
-    return _cp_upper_direct(k, n, level) if upper else _cp_lower_direct(k, n, level)
+    direct = _cp_upper_direct if upper else _cp_lower_direct
+    if not (0 <= n <= CP_MEMO_MAX_N and k.size and np.all((k >= 0) & (k <= n))):
+        return direct(k, n, level)
+    idx = k.astype(np.int64)
+    if not np.array_equal(idx, k):  # not counts: nothing to look up
+        return direct(k, n, level)
+    memo = _cp_memo(int(n), float(level), upper)
+    vals = memo[idx]
+    missing = np.isnan(vals)
+    if missing.any():
+        need = np.unique(idx[missing])
+        memo[need] = direct(need.astype(float), n, level)
+        vals = memo[idx]
+    return vals
 
 
 def _cp_lower(k: np.ndarray, n: int, level: float) -> np.ndarray:

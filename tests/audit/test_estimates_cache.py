@@ -1,4 +1,4 @@
-"""The Clopper-Pearson table lookup (estimates._cp_table) gives the very numbers of the direct
+"""The memoised Clopper-Pearson limits (estimates._cp_memo) gives the very numbers of the direct
 betaincinv evaluation it replaces, at every count, for the sizes and levels audits use."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_table_equals_direct(n, confidence):
 def test_non_integer_or_out_of_range_counts_take_the_direct_path():
     k = np.array([0.5, 3.0])
     np.testing.assert_array_equal(estimates._cp_lower(k, 10, 0.975), estimates._cp_lower_direct(k, 10, 0.975))
-    big = estimates.CP_TABLE_MAX_N + 1
+    big = estimates.CP_MEMO_MAX_N + 1
     k = np.array([0.0, 17.0])
     np.testing.assert_array_equal(estimates._cp_upper(k, big, 0.975), estimates._cp_upper_direct(k, big, 0.975))
 
