@@ -36,6 +36,25 @@ def default_models() -> list[ModelConfig]:
     ]
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask: a container's or taskset's limit), else all."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def auto_job_concurrency(cores: int | None = None) -> int:
+    """Jobs at a time when ``DPICL_JOB_CONCURRENCY`` is ``auto`` (the default): the usable cores, at least 2,
+    at most 4. At least 2: a short audit never waits for a slot behind one long job (issue 28: a CI audit
+    waited 138 s behind a synthesis). At most 4: each model has one batch worker that every job shares
+    (round robin, app/llm/scheduler.py), so more jobs than that do not add model throughput on a CPU; they
+    add memory (each job's decode caches) and contention with live answers. The number of models does not
+    enter: one model or several, a job whose target is remote (a gateway audit) waits on the network,
+    not on a local model, and a job on a local model gets its fair turn of that model's batches."""
+    return max(2, min(4, usable_cores() if cores is None else cores))
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "dpicl" / "models"
@@ -98,7 +117,9 @@ class Settings(BaseSettings):
     artifacts_dir: Path = Path("./var/artifacts")
 
     # Audit jobs (issue 4): execution, webhooks, the test-only kinds.
-    job_concurrency: int = Field(default=1, ge=1, le=64)
+    # Jobs at a time per server (in-process runner) or per `dpicl worker`: "auto" (the default) is 2 to 4 from
+    # the usable cores (auto_job_concurrency); an explicit 1 runs jobs one at a time.
+    job_concurrency: int = Field(default_factory=auto_job_concurrency, ge=1, le=64)
     job_poll_seconds: float = Field(default=1.0, gt=0)
     job_test_kinds: bool = False
     webhook_secret: str | None = Field(default=None, min_length=16)
@@ -130,6 +151,15 @@ class Settings(BaseSettings):
     def _check_db_url(cls, v: str) -> str:
         if not (v.startswith("sqlite") or v.startswith("postgresql")):
             raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return v
+
+    @field_validator("job_concurrency", mode="before")
+    @classmethod
+    def _auto_concurrency(cls, v):
+        if v is None or (isinstance(v, str) and v.strip().lower() in ("", "auto")):
+            return auto_job_concurrency()
+        if isinstance(v, str) and not v.strip().isdigit():
+            raise ValueError('must be an integer from 1 to 64 or "auto"')
         return v
 
     @field_validator("webhook_allowed_networks", "webhook_allowed_hosts", "egress_allowed_networks",

@@ -454,11 +454,20 @@ else:
     JobStatus = Literal[JOB_STATUSES]
 
 
+class JobRunningRef(_Out):
+    id: str
+    kind: str
+
+
 class JobQueue(_Out):
     position: int = Field(description="1: the next job a runner takes")
     ahead: int
-    running: int
-    waiting_for: str
+    queued: int = Field(description="jobs queued now, of every tenant")
+    running: int = Field(description="jobs running now, of every tenant")
+    slots: int | None = Field(description="jobs this server runs at a time (DPICL_JOB_CONCURRENCY); "
+                                          "null where `dpicl worker` processes run them")
+    running_jobs: list[JobRunningRef] = Field(description="the caller's own running jobs (others are counted)")
+    waiting_for: str = Field(description="a free job slot: position, slots busy and by which jobs")
 
 
 class AuditJob(_Open):
@@ -484,7 +493,8 @@ class AuditJob(_Open):
     heartbeat_at: str | None
     artifacts: list[ArtifactObject]
     webhook: JobWebhook | None
-    queue: JobQueue | None = Field(default=None, description="queued jobs (GET of one job): its place in the queue")
+    queue: JobQueue | None = Field(default=None, description="queued jobs: its place in the queue and what it "
+                                                             "waits for")
 
 
 class AuditJobList(_Out):

@@ -11,7 +11,7 @@ def register(cli: typer.Typer) -> None:
     @cli.command()
     def worker(
         concurrency: Optional[int] = typer.Option(
-            None, "--concurrency", "-c", min=1, max=64, help="jobs at a time (default: DPICL_JOB_CONCURRENCY)"
+            None, "--concurrency", "-c", min=1, max=64, help="jobs at a time (default: DPICL_JOB_CONCURRENCY; auto: 2 to 4 from the usable cores)"
         ),
         name: Optional[str] = typer.Option(None, help="worker name in job rows and logs (default: host:pid:random)"),
     ) -> None:

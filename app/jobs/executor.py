@@ -23,6 +23,7 @@ from app.jobs.errors import (
     JobShutdown,
     RetryableJobError,
 )
+from app.llm.tenancy import submitter_scope
 
 if TYPE_CHECKING:
     from app.runtime import Runtime
@@ -119,7 +120,10 @@ def execute_job(
     try:
         try:
             ctx.checkpoint()
-            result = kind.run(ctx, config)
+            # The model scheduler takes turns between jobs (and live answers): this job's calls are one
+            # submitter however many it queues (app/llm/scheduler.py, "Fair sharing").
+            with submitter_scope(f"job:{job_id}"):
+                result = kind.run(ctx, config)
             if not isinstance(result, dict):
                 raise TypeError(f"kind {kind_name!r} returned a {type(result).__name__}, not a dict")
             result = _json_clean(result)

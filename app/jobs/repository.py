@@ -155,15 +155,6 @@ def get_job(s: Session, job_id: str, tenant_id: str | None = DEFAULT_TENANT) -> 
     return s.scalar(q)
 
 
-def queue_position(s: Session, job: AuditJob) -> tuple[int, int]:
-    """(queued jobs ahead of this one in the runners' order -- oldest first --, jobs running now)."""
-    ahead = s.scalar(select(func.count()).select_from(AuditJob).where(
-        AuditJob.status == "queued",
-        or_(AuditJob.created_at < job.created_at, and_(AuditJob.created_at == job.created_at, AuditJob.id < job.id))))
-    running = s.scalar(select(func.count()).select_from(AuditJob).where(AuditJob.status == "running"))
-    return int(ahead or 0), int(running or 0)
-
-
 def list_jobs(
     s: Session,
     *,

@@ -51,15 +51,30 @@ def job_resource(job: AuditJob, artifacts: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def load_resource(session, job_id: str, tenant_id: str | None = "default") -> dict[str, Any] | None:
+def load_resource(session, job_id: str, tenant_id: str | None = "default",
+                  slots: int | None = None) -> dict[str, Any] | None:
+    """The job resource; a queued job's has ``queue``: its position and what it waits for (app/jobs/queue.py;
+    ``slots``: the jobs this server's runner takes at a time, None where workers run them)."""
+    from app.jobs import queue
     from app.jobs import repository as repo
 
     job = repo.get_job(session, job_id, tenant_id)
     if job is None:
         return None
     out = job_resource(job, repo.artifact_index(session, [job.id])[job.id])
-    if job.status == "queued":  # what it waits for (counts only: other tenants' jobs stay opaque)
-        ahead, running = repo.queue_position(session, job)
-        out["queue"] = {"position": ahead + 1, "ahead": ahead, "running": running,
-                        "waiting_for": f"{running} running job(s) and {ahead} queued before it"}
+    if job.status == "queued":
+        out["queue"] = queue.queue_of(session, job, slots)
     return out
+
+
+def attach_queues(session, resources: list[dict[str, Any]], tenant_id: str, slots: int | None = None) -> None:
+    """Add ``queue`` to the queued jobs of a listing (one look at the queue for the whole page)."""
+    from app.jobs import queue
+
+    if not any(r["status"] == "queued" for r in resources):
+        return
+    view = queue.load_view(session)
+    for r in resources:
+        pos = view.position(r["id"]) if r["status"] == "queued" else None
+        if pos is not None:
+            r["queue"] = queue.describe(pos, len(view.queued), view.running, tenant_id, slots)

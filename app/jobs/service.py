@@ -140,7 +140,7 @@ def submit(
         if created:
             resource = job_resource(job, [])
         else:
-            resource = load_resource(s, job.id, tenant_id)
+            resource = load_resource(s, job.id, tenant_id, job_slots(runtime))
     return Submitted(resource=resource, created=created, job_id=job.id)
 
 
@@ -149,7 +149,12 @@ def cancel(runtime: Runtime, job_id: str, tenant_id: str = DEFAULT_TENANT) -> di
         job = repo.request_cancel(s, job_id, tenant_id)
         if job is None:
             return None
-        return load_resource(s, job_id, tenant_id)
+        return load_resource(s, job_id, tenant_id, job_slots(runtime))
+
+
+def job_slots(runtime: Runtime) -> int | None:
+    """Jobs this server runs at a time (its in-process runner's slots); None where workers run them."""
+    return runtime.settings.job_concurrency if runtime.extras.get("job_runner") == "inprocess" else None
 
 
 def get_runner(app) -> Any:

@@ -11,6 +11,17 @@ once and right-pads the suffixes with exact position ids and masks (kv.py), so
 each row's numbers equal its one-at-a-time numbers up to float32 rounding, and
 a tenant's shared prompt header is computed once for all its requests' rows.
 
+Fair sharing: the queue is FIFO *per submitter* and round robin *between*
+submitters (an audit job submits as ``job:<id>``, :func:`~app.llm.tenancy.submitter_scope`;
+any other caller, e.g. a live answer's request thread, as its thread). A batch
+is led by the oldest job of the submitter served least recently and filled with
+the first queued job of each submitter before anyone's second (same batch key,
+token budget and cost rule as before). So a job of another submitter waits for
+at most one batch per submitter with work queued, however many calls one
+submitter (a synthesis, a flood of threads) has queued; with one submitter,
+or one job per submitter, the order is plain FIFO, as before
+(tests/llm/test_scheduler.py, ``test_round_robin_*``).
+
 The batching is continuous in the sense that matters on a busy server: the
 worker never idles while jobs wait and never waits for a batch to fill
 (``max_wait_ms`` 0 by default): jobs that arrive while a batch runs form the
@@ -55,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from .errors import LLMError
-from .tenancy import current_deadline, current_tenant, tenant_scope
+from .tenancy import current_deadline, current_submitter, current_tenant, tenant_scope
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +121,7 @@ class _Job:
     rows: list[list[int]]
     tenant: str | None
     deadline: float | None  # None: background work, never dropped
+    submitter: Hashable = None  # whose turn it is in the round robin (see module doc)
     enqueued: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     state: str = "queued"  # queued, running, done, dropped
@@ -134,6 +146,12 @@ def _notify(model: str, event: str, data: dict[str, Any]) -> None:
             fn(model, event, data)
         except Exception:  # a metrics bug must not fail model work
             log.exception("scheduler observer failed")
+
+
+def _submitter() -> Hashable:
+    """Whose turn a new job takes: the submitter scope (an audit job), else the calling thread."""
+    sub = current_submitter()
+    return ("submitter", sub) if sub is not None else ("thread", threading.get_ident())
 
 
 class BatchScheduler:
@@ -161,6 +179,8 @@ class BatchScheduler:
         self._closed = False
         self._busy = 0.0  # EWMA of seconds per batch, for Retry-After
         self.running = 0  # jobs in the batch being computed
+        self._turn = 0  # batches taken so far
+        self._served: dict[Hashable, int] = {}  # submitter -> turn it last had a job in a batch
         self.stats = {"jobs": 0, "batches": 0, "rows": 0, "tokens": 0, "rejected": 0, "expired": 0}
         SCHEDULERS.add(self)
 
@@ -203,7 +223,7 @@ class BatchScheduler:
         deadline = current_deadline()
         if deadline is not None and deadline <= time.monotonic():
             self._reject("deadline")
-        job = _Job(key=key, rows=row_lists, tenant=current_tenant(), deadline=deadline)
+        job = _Job(key=key, rows=row_lists, tenant=current_tenant(), deadline=deadline, submitter=_submitter())
         with self._cond:
             if self._closed:
                 raise LLMError(f"model {self.name!r} is closed")
@@ -238,7 +258,7 @@ class BatchScheduler:
                 raise out
             return out
         job = _Job(key=("step",), rows=[[t] for t in toks], tenant=current_tenant(), deadline=None,
-                   payload=payload)
+                   payload=payload, submitter=_submitter())
         with self._cond:
             if self._closed:
                 raise LLMError(f"model {self.name!r} is closed")
@@ -276,9 +296,33 @@ class BatchScheduler:
         limit = self.opts.merge_job_tokens or 0
         return limit <= 0 or job.tokens <= limit
 
+    def _fair_order(self) -> list[_Job]:
+        """Under _cond: the queued jobs in the order of service (module doc, "Fair sharing"): each
+        submitter's k-th queued job before anyone's (k+1)-th, among k-th jobs the submitter served least
+        recently first (never served: first of all), then queue order. With one job per submitter this
+        is the queue order."""
+        nth: dict[Hashable, int] = {}
+        ranked = []
+        for pos, job in enumerate(self._queue):
+            k = nth.get(job.submitter, 0)
+            nth[job.submitter] = k + 1
+            ranked.append((k, self._served.get(job.submitter, -1), pos, job))
+        ranked.sort(key=lambda t: t[:3])
+        return [t[3] for t in ranked]
+
+    def _mark_served(self, batch: list[_Job]) -> None:
+        """Under _cond: record this batch's turn for its submitters (bounded: forget idle ones)."""
+        self._turn += 1
+        for job in batch:
+            self._served[job.submitter] = self._turn
+        if len(self._served) > 1024:
+            queued = {j.submitter for j in self._queue}
+            self._served = {s: t for s, t in self._served.items() if s in queued or t == self._turn}
+
     def _take(self) -> list[_Job] | None:
-        """Under _cond: the oldest job and every queued job that may share its batch, within the token
-        budget and the cost rule (:meth:`_merges`); a job left out keeps its place in the queue."""
+        """Under _cond: the first job in the order of service (:meth:`_fair_order`) and every queued job
+        that may share its batch, in that order, within the token budget and the cost rule
+        (:meth:`_merges`); a job left out keeps its place in the queue."""
         while not self._queue:
             if self._closed:
                 return None
@@ -288,13 +332,14 @@ class BatchScheduler:
             while (time.monotonic() < until and not self._closed
                    and sum(j.tokens for j in self._queue) < self.max_batch_tokens):
                 self._cond.wait(max(0.0, until - time.monotonic()))
-        first = self._queue[0]
+        order = self._fair_order()
+        first = order[0]
         key = self._batch_key(first)
         batch: list[_Job] = [first]
         tokens = first.tokens
         steps = first.key == ("step",)  # the step runner groups steps by its own cost rule
         if steps or self._merges(first):
-            for job in list(self._queue)[1:]:
+            for job in order[1:]:
                 if self._batch_key(job) != key or not (steps or self._merges(job)):
                     continue
                 if not steps and tokens + job.tokens > self.max_batch_tokens:
@@ -304,6 +349,7 @@ class BatchScheduler:
         for job in batch:
             self._queue.remove(job)
             job.state = "running"
+        self._mark_served(batch)
         self.running = len(batch)
         return batch
 

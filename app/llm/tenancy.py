@@ -1,4 +1,4 @@
-"""Which tenant the model work of the current call belongs to, and by when it must be done.
+"""Which tenant the model work of the current call belongs to, who submits it, and by when it must be done.
 
 Set by the API around one answer's model work (``app.answers.flow.run_for_tenant``)
 and read by the backends: the ``hf`` prefix LRU and the batch scheduler key on the tenant
@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 _TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("dpicl_tenant", default=None)
+_SUBMITTER: contextvars.ContextVar[str | None] = contextvars.ContextVar("dpicl_submitter", default=None)
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("dpicl_deadline", default=None)
 
 
@@ -30,6 +31,22 @@ def tenant_scope(tenant: str | None) -> Iterator[None]:
 
 def current_tenant() -> str | None:
     return _TENANT.get()
+
+
+@contextlib.contextmanager
+def submitter_scope(submitter: str | None) -> Iterator[None]:
+    """Within this block, model work is submitted on behalf of ``submitter`` (an audit job sets
+    ``job:<id>``): the batch scheduler takes turns between submitters, so one submitter with many calls
+    queued cannot starve another's (app/llm/scheduler.py). Outside any scope each thread submits for itself."""
+    token = _SUBMITTER.set(None if submitter is None else str(submitter))
+    try:
+        yield
+    finally:
+        _SUBMITTER.reset(token)
+
+
+def current_submitter() -> str | None:
+    return _SUBMITTER.get()
 
 
 @contextlib.contextmanager

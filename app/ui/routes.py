@@ -30,7 +30,7 @@ from app.ui import session as sess
 from app.ui import views
 
 HERE = Path(__file__).parent
-STATIC_VERSION = "1"  # bump with every change of app/ui/static/*: the files are cached for a year
+STATIC_VERSION = "2"  # bump with every change of app/ui/static/*: the files are cached for a year
 STATIC = {f"ui.{STATIC_VERSION}.css": "text/css; charset=utf-8", f"ui.{STATIC_VERSION}.js": "text/javascript; charset=utf-8"}
 MAX_FORM_BYTES = 256 * 1024
 
@@ -239,7 +239,8 @@ async def audits(request: Request, kind: str = "", status: str = "", verdict: st
         return stop
     from app.jobs import registry
     from app.jobs import repository as repo
-    from app.jobs.resource import job_resource
+    from app.jobs.resource import attach_queues, job_resource
+    from app.jobs.service import job_slots
 
     rt = request.app.state.runtime
     tenant = page.principal.tenant_id
@@ -255,7 +256,9 @@ async def audits(request: Request, kind: str = "", status: str = "", verdict: st
             except KeyError:
                 jobs, more = [], False
             index = repo.artifact_index(s, [j.id for j in jobs])
-            return [job_resource(j, index[j.id]) for j in jobs], more
+            out = [job_resource(j, index[j.id]) for j in jobs]
+            attach_queues(s, out, tenant, job_slots(rt))
+            return out, more
 
     jobs, more = await run_in_threadpool(_load)
     if verdict:
@@ -269,9 +272,11 @@ async def audits(request: Request, kind: str = "", status: str = "", verdict: st
 
 def _load_job(request: Request, tenant: str, job_id: str) -> dict[str, Any] | None:
     from app.jobs.resource import load_resource
+    from app.jobs.service import job_slots
 
-    with request.app.state.runtime.db.session() as s:
-        return load_resource(s, job_id[:64], tenant)
+    rt = request.app.state.runtime
+    with rt.db.session() as s:
+        return load_resource(s, job_id[:64], tenant, job_slots(rt))
 
 
 def _form_defaults(request: Request) -> dict[str, Any]:

@@ -23,7 +23,11 @@ def test_queued_job_reports_its_position_and_what_it_waits_for(client):
         j1, j2 = (client.get(f"/v1/audits/{j['id']}").json() for j in (first, second))
         assert j1["status"] == j2["status"] == "queued"
         assert j1["queue"]["position"] == 1 and j2["queue"]["position"] == 2, (j1["queue"], j2["queue"])
-        assert j2["queue"]["running"] == 2 and j2["queue"]["waiting_for"] == "2 running job(s) and 1 queued before it"
+        assert j2["queue"]["running"] == 2 and j2["queue"]["queued"] == 2 and j2["queue"]["slots"] == 2
+        running = sorted(j2["queue"]["running_jobs"], key=lambda r: r["id"])  # started in the same instant: any order
+        assert running == sorted(({"id": b["id"], "kind": "sleep"} for b in blockers), key=lambda r: r["id"])
+        named = ", ".join(f"{r['id']} (sleep)" for r in j2["queue"]["running_jobs"])
+        assert j2["queue"]["waiting_for"] == f"a free job slot: position 2 of 2 in the queue; all 2 job slot(s) busy: {named}"
     finally:
         for j in (first, second, *blockers):
             client.post(f"/v1/audits/{j['id']}/cancel")

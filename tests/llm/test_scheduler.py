@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.llm.scheduler import BatchScheduler, DeadlineExceeded, Overloaded, SchedulerOptions
-from app.llm.tenancy import current_tenant, deadline_scope, tenant_scope
+from app.llm.tenancy import current_tenant, deadline_scope, submitter_scope, tenant_scope
 
 from .conftest import prefix_reuse
 from .test_logprobs import ATOL
@@ -315,6 +315,102 @@ def test_cost_rule_off_merges_every_job_within_the_token_budget():
     for t in threads:
         t.join(30)
     assert seen == [[0], [1, 1, 2, 2, 3, 3]]
+    sched.close()
+
+
+def _queue_jobs(sched, jobs, depth_before=0):
+    """Queue ``jobs`` ([(submitter or None, rows)], in order), one thread each, waiting for each to be
+    queued before the next (the queue order is the list order); returns the threads and their results."""
+    got: dict = {}
+    threads = []
+
+    def call(i, sub, rows):
+        if sub is None:  # no scope: the thread is the submitter (a live answer's request thread)
+            got[i] = sched.submit(("next",), rows)
+            return
+        with submitter_scope(sub):
+            got[i] = sched.submit(("next",), rows)
+
+    for i, (sub, rows) in enumerate(jobs):
+        threads.append(threading.Thread(target=call, args=(i, sub, rows)))
+        threads[-1].start()
+        _wait_for(lambda i=i: sched.depth == depth_before + i + 1)
+    return threads, got
+
+
+def _gated_first_batch(sched, seen, sub, rows):
+    """Start one job of ``sub``; the worker takes it and blocks on the gate."""
+    t = threading.Thread(target=lambda: _submit_as(sched, sub, rows))
+    t.start()
+    _wait_for(lambda: sched.running == 1 and len(seen) == 1)
+    return t
+
+
+def _submit_as(sched, sub, rows):
+    with submitter_scope(sub):
+        return sched.submit(("next",), rows)
+
+
+def test_round_robin_serves_another_submitter_within_one_batch_of_a_flood():
+    """One job (submitter ``job:flood``, e.g. a synthesis) has 20 compute-bound calls queued; a CI audit's
+    call and a live answer's call (no scope: its thread) queued after them run in the next two batches,
+    not after the 20 (FIFO would put them 21st and 22nd). The flood keeps its own order."""
+    sched, gate, seen = _fake_scheduler(SchedulerOptions(merge_job_tokens=100))
+    big = lambda tag: [[tag] * 120]  # noqa: E731 - over merge_job_tokens: every job runs alone
+    first = _gated_first_batch(sched, seen, "job:flood", big(100))
+    flood = [("job:flood", big(100 + i)) for i in range(1, 21)]
+    threads, got = _queue_jobs(sched, [*flood, ("job:ci", big(7)), (None, big(8))])
+    gate.set()
+    for t in [first, *threads]:
+        t.join(30)
+    order = [b[0] for b in seen]
+    assert all(len(b) == 1 for b in seen) and len(seen) == 23
+    assert order[:3] == [100, 7, 8], order  # the CI call and the live call: the next two batches
+    assert order[3:] == list(range(101, 121))  # the flood, FIFO within itself
+    for i, (_, rows) in enumerate([*flood, ("job:ci", big(7)), (None, big(8))]):
+        np.testing.assert_array_equal(got[i], [[r[0]] for r in rows])
+    sched.close()
+
+
+def test_round_robin_alternates_backlogged_submitters():
+    """Two jobs with 6 calls queued each (all of A's queued first): batches alternate A, B, A, B..."""
+    sched, gate, seen = _fake_scheduler(SchedulerOptions(merge_job_tokens=100))
+    first = _gated_first_batch(sched, seen, "job:A", [[0] * 120])
+    jobs = [("job:A", [[10 + i] * 120]) for i in range(6)] + [("job:B", [[20 + i] * 120]) for i in range(6)]
+    threads, _ = _queue_jobs(sched, jobs)
+    gate.set()
+    for t in [first, *threads]:
+        t.join(30)
+    # A had the gated batch, so B leads: B0, A0, B1, A1, ...
+    assert [b[0] for b in seen] == [0] + [x for i in range(6) for x in (20 + i, 10 + i)]
+    sched.close()
+
+
+def test_round_robin_fills_a_batch_with_every_submitters_first_job_first():
+    """Small calls that merge: a batch of 200 row tokens holds 4 calls of 50. A job with 10 calls queued
+    does not fill the next batch alone: the other job's one call leads it (FIFO: it would wait 3 batches)."""
+    sched, gate, seen = _fake_scheduler(SchedulerOptions(merge_job_tokens=0, max_batch_tokens=200))
+    first = _gated_first_batch(sched, seen, "job:A", [[0] * 50])
+    jobs = [("job:A", [[10 + i] * 50]) for i in range(10)] + [("job:B", [[99] * 50])]
+    threads, got = _queue_jobs(sched, jobs)
+    gate.set()
+    for t in [first, *threads]:
+        t.join(30)
+    assert seen == [[0], [99, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19]]
+    for i, (_, rows) in enumerate(jobs):
+        np.testing.assert_array_equal(got[i], [[r[0]] for r in rows])
+    sched.close()
+
+
+def test_one_submitter_is_served_in_fifo_order():
+    """One submitter (concurrency 1, or one job alone): the order of service is the queue order."""
+    sched, gate, seen = _fake_scheduler(SchedulerOptions(merge_job_tokens=100))
+    first = _gated_first_batch(sched, seen, "job:A", [[0] * 120])
+    threads, _ = _queue_jobs(sched, [("job:A", [[i] * 120]) for i in range(1, 9)])
+    gate.set()
+    for t in [first, *threads]:
+        t.join(30)
+    assert [b[0] for b in seen] == list(range(9))
     sched.close()
 
 

@@ -280,11 +280,11 @@ def test_open_mode_shows_the_health_warning(database_url):
 
 def test_static_assets_are_versioned_package_files(keyed_server, ui):
     c = ui()
-    for name in ("ui.1.css", "ui.1.js"):
+    for name in ("ui.2.css", "ui.2.js"):
         r = c.get(f"/ui/static/{name}")
         assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
     assert c.get("/ui/static/../session.py").status_code == 404
-    assert c.get("/ui/static/ui.0.css").status_code == 404
+    assert c.get("/ui/static/ui.1.css").status_code == 404
 
 
 def test_login_warns_when_a_secure_cookie_cannot_stick(ui):

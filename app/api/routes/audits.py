@@ -18,7 +18,7 @@ from app.api.schemas import ArtifactList, AuditJob, AuditJobList, AuditKindList,
 from app.jobs import registry, service
 from app.jobs import repository as repo
 from app.jobs.errors import JobError
-from app.jobs.resource import job_resource, job_url, load_resource
+from app.jobs.resource import attach_queues, job_resource, job_url, load_resource
 from app.runtime import Runtime
 
 from app.api.audit_submit import AuditCreate, submit_audit  # noqa: F401 - shared with the /ui form
@@ -151,6 +151,7 @@ def list_audits(
             raise APIError(404, f"after: no audit job with id {after!r}", param="after", code="job_not_found") from None
         index = repo.artifact_index(s, [j.id for j in jobs])
         data = [job_resource(j, index[j.id]) for j in jobs]
+        attach_queues(s, data, who.tenant_id, service.job_slots(_runtime(request)))
     return {
         "object": "list",
         "data": data,
@@ -162,8 +163,9 @@ def list_audits(
 
 @router.get("/{job_id}", response_model=AuditJob, summary="An audit job: status, progress, result, verdict")
 def get_audit(job_id: JobId, request: Request, who: Auditor):
-    with _runtime(request).db.session() as s:
-        resource = load_resource(s, job_id, who.tenant_id)
+    rt = _runtime(request)
+    with rt.db.session() as s:
+        resource = load_resource(s, job_id, who.tenant_id, service.job_slots(rt))
     if resource is None:
         raise _not_found(job_id)
     return JSONResponse(resource, headers=_job_headers(resource))

@@ -25,6 +25,12 @@
         bar.value = pct;
         bar.textContent = pct + "%";
         msg.textContent = pct + "%" + (job.progress.message ? " · " + job.progress.message : "");
+        var queue = el.querySelector("[data-role=queue]");
+        if (queue) {
+          // A queued job: its place and the slots it waits for; gone once it runs.
+          queue.textContent = job.queue ? "queue position " + job.queue.position + ": waits for " + job.queue.waiting_for : "";
+          queue.hidden = !job.queue;
+        }
         if (ACTIVE[job.status]) {
           // The API's Retry-After grows with the job's age; poll at least every 5 s.
           setTimeout(function () { poll(el); }, Math.min(5000, Math.max(500, 1000 * res.wait)));
