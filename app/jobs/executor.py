@@ -23,7 +23,7 @@ from app.jobs.errors import (
     JobShutdown,
     RetryableJobError,
 )
-from app.llm.tenancy import submitter_scope
+from app.llm.tenancy import submitter_scope, tenant_scope
 
 if TYPE_CHECKING:
     from app.runtime import Runtime
@@ -75,6 +75,7 @@ def execute_job(
         if job is None or job.status != "running" or job.worker_id != worker_id:
             return "lost"
         kind_name, raw_config, attempt = job.kind, job.config, job.attempts
+        job_tenant = job.tenant_id
         claimed_epsilon, claimed_delta = job.claimed_epsilon, job.claimed_delta
         max_attempts = job.max_attempts
 
@@ -121,8 +122,10 @@ def execute_job(
         try:
             ctx.checkpoint()
             # The model scheduler takes turns between jobs (and live answers): this job's calls are one
-            # submitter however many it queues (app/llm/scheduler.py, "Fair sharing").
-            with submitter_scope(f"job:{job_id}"):
+            # submitter however many it queues (app/llm/scheduler.py, "Fair sharing"). Its model work is
+            # its tenant's, as a live answer's is: its cached prompt prefixes (its exemplars) and batch rows
+            # never meet another tenant's (app/llm/tenancy.py).
+            with submitter_scope(f"job:{job_id}"), tenant_scope(job_tenant):
                 result = kind.run(ctx, config)
             if not isinstance(result, dict):
                 raise TypeError(f"kind {kind_name!r} returned a {type(result).__name__}, not a dict")

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.jobs.context import JobContext
 from app.jobs.errors import JobError
 from app.jobs.registry import JobKind, register
+from app.llm.tenancy import current_tenant
 
 
 class SleepConfig(BaseModel):
@@ -55,7 +56,9 @@ class SleepKind(JobKind):
         if config.artifacts:
             ctx.add_artifact("steps.csv", "text/csv", _csv(config.steps))
             ctx.add_artifact("plot.png", "image/png", _png(config.steps))
-        return {"steps": config.steps, "epsilon": config.epsilon, "delta": config.delta, "attempt": ctx.attempt}
+        # model_tenant: the tenant whose scope this job's model work would run in (tests/jobs/test_job_tenant.py)
+        return {"steps": config.steps, "epsilon": config.epsilon, "delta": config.delta, "attempt": ctx.attempt,
+                "model_tenant": current_tenant()}
 
 
 def _spin_numpy(seconds: float) -> None:
