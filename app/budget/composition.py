@@ -55,6 +55,14 @@ class Charge:
     def has_curve(self) -> bool:
         return self.orders is not None and self.rdp is not None
 
+    @property
+    def ledger_pld(self) -> PldSpec | None:
+        """The pair the ledger composes by PLD: one of ``PLD_LEDGER_KINDS``, with a curve; else None (RDP group).
+        The one test for ``BudgetState.add`` and the forecast's ``repeat``, so they agree to the last answer."""
+        if self.has_curve and self.pld is not None and self.pld.kind in PLD_LEDGER_KINDS:
+            return self.pld
+        return None
+
 
 @dataclass
 class BudgetState:
@@ -95,8 +103,9 @@ class BudgetState:
         if c.has_curve:
             curve = rdp_on_grid(c.orders, c.rdp, s.orders)
             s.rdp_sum = s.rdp_sum + curve
-            if c.pld is not None and c.pld.kind in PLD_LEDGER_KINDS:
-                s.pld_counts[c.pld.key] = s.pld_counts.get(c.pld.key, 0) + c.pld.count
+            pld = c.ledger_pld
+            if pld is not None:
+                s.pld_counts[pld.key] = s.pld_counts.get(pld.key, 0) + pld.count
             else:
                 s.rest_rdp = s.rest_rdp + curve
         else:
