@@ -27,9 +27,10 @@ Two searches, both returning T at an evaluated point (a valid bound):
   minimum (a convex function's minimum lies within one grid step of its sampled minimum), and an
   order is dropped once the convexity lower bound of its bracket, 2 T(x_j) - max(T(x_{j-1}), T(x_{j+1}))
   on a uniform grid (the secant lines bound a convex function from below outside their
-  interval), is not below the best value found minus ``CERT_TOL`` (or 16 ulps of that value, the float
-  noise of T, where more). The result is within that of the true minimum over [mu^2/2, b], a bracket that contains Brent's, so it is
-  never above Brent's result by more than that. Where the hypotheses do not hold (a history so
+  interval), or e_min + eps_RDP(delta_left) (delta_2 <= delta_left, e_min the last infeasible grid
+  point), is not below the best value found minus ``CERT_TOL`` (or 16 ulps of that value, the
+  float noise of T, where more). The result is within that of the true minimum over [mu^2/2, b],
+  a bracket that contains Brent's, so it is never above Brent's result by more than that. Where the hypotheses do not hold (a history so
   small that e1 < mu^2/2 is feasible; an order whose Bretagnolle-Huber clamp, eps = 0 when
   sqrt(1 - e^-rdp) <= delta_2, can switch on inside the bracket; a budget delta below ~1e-35),
   the Brent search runs too and the smaller result is charged.
@@ -140,7 +141,7 @@ def split_gaussian(group: Composed, orders: np.ndarray, rest: np.ndarray, delta_
                                                                       t[all_rows, np.minimum(j + 1, GRID - 1)]),
                        -np.inf)
     # A second bound, whatever the grid: delta_2 <= delta_left, and e1 is at least the last infeasible grid point.
-    feasible = np.isfinite(t[0])
+    feasible = np.isfinite(t).any(axis=0)  # rdp does not depend on e1: a finite row is finite wherever delta_1 fits
     e_min = float(x[np.argmax(feasible) - 1]) if bool(feasible.any()) and not bool(feasible[0]) else a
     lb0 = np.maximum(lb0, e_min + f.at_delta_left())
     active = np.isfinite(tj) & ~(lb0 >= best - _tol(best))
@@ -180,7 +181,7 @@ def split(group: Composed, orders: np.ndarray, rest: np.ndarray, delta_left: flo
     of it and Brent's."""
     if certified_applies(group, rest, delta_left):
         best, ok = split_gaussian(group, orders, rest, delta_left)
-        return best if ok else min(best, split_brent(group, orders, rest, delta_left))
+        return best if ok and math.isfinite(best) else min(best, split_brent(group, orders, rest, delta_left))
     if group.gaussian_only:
         return min(split_gaussian(group, orders, rest, delta_left)[0], split_brent(group, orders, rest, delta_left))
     return split_brent(group, orders, rest, delta_left)
