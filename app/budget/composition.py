@@ -16,7 +16,7 @@ mu_i^2, Dong, Roth & Su 2022 Cor. 3.3) at
 delta_1, the other curves by RDP at delta_2 and the curveless ones by basic composition, with
 delta_1 + delta_2 + (their delta) = the budget's delta and the epsilons added (basic composition
 of the two groups, valid also when their answers interleave: Vadhan & Wang 2021, concurrent
-composition; Dwork & Roth 2014 Thm 3.16); the split is optimised. The ledger charges the smallest
+composition; Dwork & Roth 2014 Thm 3.16); the split is optimised (``app.budget.split``). The ledger charges the smallest
 of the three (each is a valid upper bound): never more than RDP alone. See docs/budget.md.
 """
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize
 
+from app.budget.split import split
 from app.privacy.pld import PldSpec, compose_counts
 from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
@@ -54,6 +54,14 @@ class Charge:
     @property
     def has_curve(self) -> bool:
         return self.orders is not None and self.rdp is not None
+
+    @property
+    def ledger_pld(self) -> PldSpec | None:
+        """The pair the ledger composes by PLD: one of ``PLD_LEDGER_KINDS``, with a curve; else None (RDP group).
+        The one test for ``BudgetState.add`` and the forecast's ``repeat``, so they agree to the last answer."""
+        if self.has_curve and self.pld is not None and self.pld.kind in PLD_LEDGER_KINDS:
+            return self.pld
+        return None
 
 
 @dataclass
@@ -95,8 +103,9 @@ class BudgetState:
         if c.has_curve:
             curve = rdp_on_grid(c.orders, c.rdp, s.orders)
             s.rdp_sum = s.rdp_sum + curve
-            if c.pld is not None and c.pld.kind in PLD_LEDGER_KINDS:
-                s.pld_counts[c.pld.key] = s.pld_counts.get(c.pld.key, 0) + c.pld.count
+            pld = c.ledger_pld
+            if pld is not None:
+                s.pld_counts[pld.key] = s.pld_counts.get(pld.key, 0) + pld.count
             else:
                 s.rest_rdp = s.rest_rdp + curve
         else:
@@ -146,24 +155,9 @@ def compose(state: BudgetState, delta_budget: float) -> tuple[float, str]:
 
 def _pld_route(state: BudgetState, delta_left: float) -> tuple[float, str]:
     """The PLD group at delta_1 + the other curves by RDP at delta_left - delta_1 + the curveless
-    charges by basic composition; the split optimised (any split is valid, so a coarse search is safe)."""
+    charges by basic composition; the split optimised (``app.budget.split``: any split is valid)."""
     assert state.rest_rdp is not None
     group = compose_counts(state.pld_counts)
     if not bool(np.any(state.rest_rdp > 0)):
         return float(group.epsilon(delta_left) + state.nocurve_epsilon), "pld"
-    # Search over the group's epsilon e1 (its delta_1 = delta(e1), an upper bound, with a hair of slack for
-    # float error), so each step is one delta evaluation and one RDP conversion, no root solve.
-    lo, hi = group.epsilon(delta_left * 0.999, rtol=1e-6), group.epsilon(delta_left * 1e-6, rtol=1e-6)
-
-    def total(e1: float) -> float:
-        d1 = group.delta(e1) * (1.0 + 1e-9)
-        if not d1 < delta_left:
-            return math.inf
-        return float(e1 + convert_rdp(state.orders, state.rest_rdp, delta_left - d1, "best").epsilon)
-
-    best = min(total(lo), total(hi))
-    if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
-        res = optimize.minimize_scalar(total, bounds=(lo, hi), method="bounded",
-                                       options={"xatol": 1e-4 * max(1.0, hi), "maxiter": 30})
-        best = min(best, float(res.fun))
-    return best + state.nocurve_epsilon, "pld+rdp"
+    return split(group, state.orders, state.rest_rdp, delta_left) + state.nocurve_epsilon, "pld+rdp"

@@ -48,7 +48,7 @@ def repeat(state: BudgetState, charge: Charge, k: int) -> BudgetState:
     counts = dict(state.pld_counts)
     be, bd, ne, nd = state.basic_epsilon, state.basic_delta, state.nocurve_epsilon, state.nocurve_delta
     eps, dl = float(charge.epsilon), float(charge.delta)
-    pld = charge.pld if grid is not None else None
+    pld = charge.ledger_pld  # only the kinds the ledger composes by PLD (pure-epsilon answers stay on RDP)
     for _ in range(k):
         be += eps
         bd += dl

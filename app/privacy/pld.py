@@ -285,6 +285,27 @@ class Composed:
     def delta(self, eps: float) -> float:
         return math.exp(self.log_delta(eps))
 
+    @property
+    def gaussian_only(self) -> bool:
+        """Only a Gaussian part (mu > 0, no pure events): ``log_delta_gaussian`` applies."""
+        return self.mu > 0.0 and self.pure is _POINT
+
+    def log_delta_gaussian(self, eps: np.ndarray) -> np.ndarray:
+        """``log_delta`` at many points at once, for a Gaussian-only history (``gaussian_only``).
+
+        The same elementwise operations as ``log_delta`` (one atom at 0: Balle & Wang's formula for
+        |eps| <= c, the Phi(-14) bound above c, delta = 1 below -c), vectorised for the delta-split search."""
+        assert self.gaussian_only
+        mu = self.mu
+        c = mu * mu / 2.0 + 14.0 * mu
+        e = np.asarray(eps, dtype=float)
+        la = special.log_ndtr(-e / mu + mu / 2.0)
+        lb = e + special.log_ndtr(-e / mu - mu / 2.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(lb < la, la + np.log1p(-np.exp(np.minimum(lb - la, 0.0))), -np.inf)
+        out = np.where(e >= c, math.log(self.pure.mass_below(1)) + float(special.log_ndtr(-14.0)), out)
+        return np.where(e < -c, math.log(self.pure.mass_from(0)), out)
+
     def epsilon(self, delta: float, rtol: float = 4 * np.finfo(float).eps) -> float:
         """The smallest eps >= 0 with delta(eps) <= delta (to relative ``rtol``, nudged up until that
         holds in floating point: never below the truth); inf when the dropped tail alone exceeds delta."""

@@ -50,6 +50,9 @@ def _brute_force(state: BudgetState, charge, eps_budget: float, delta_budget: fl
     ({"epsilon": 0.1, "partitions": 2, "noise": "gumbel"}, (1.0, 1e-6)),  # 10 x 0.1 in floating point
     ({"epsilon": 0.05, "delta": 1e-6, "partitions": 8}, (8.0, 1e-5)),  # thousands of answers
     ({"epsilon": 2.0, "delta": 1e-4, "partitions": 8}, (8.0, 1e-5)),  # per-answer delta above the budget's
+    # Pure-epsilon answers carry a PLD pair the ledger does not use (PLD_LEDGER_KINDS): 44 by RDP, not the 46
+    # a PLD composition of them would promise.
+    ({"epsilon": 0.25, "partitions": 4, "noise": "laplace"}, (8.0, 1e-5)),
 ])
 def test_count_equals_the_ledger_loop(params, budget):
     c = charge_of(get_mechanism("rnm").cost(params, n_exemplars=8))
@@ -59,13 +62,17 @@ def test_count_equals_the_ledger_loop(params, budget):
         assert got.answers == _brute_force(state, c, *budget) and not got.capped
 
 
-def test_repeat_is_bit_identical_to_adding_one_by_one():
-    c = charge_of(get_mechanism("rnm").cost({"epsilon": 0.37, "partitions": 8}, n_exemplars=8))
+@pytest.mark.parametrize("noise", ["gaussian", "laplace", "gumbel"])
+def test_repeat_is_bit_identical_to_adding_one_by_one(noise):
+    c = charge_of(get_mechanism("rnm").cost({"epsilon": 0.37, "partitions": 8, "noise": noise}, n_exemplars=8))
     one_by_one = functools.reduce(lambda s, _: s.add(c), range(101), BudgetState())
     fast = repeat(BudgetState(), c, 101)
     assert fast.rdp_sum.tolist() == one_by_one.rdp_sum.tolist()
     assert (fast.basic_epsilon, fast.basic_delta, fast.charges) == (
         one_by_one.basic_epsilon, one_by_one.basic_delta, one_by_one.charges)
+    # The same groups: Gaussian answers in the PLD counts, the others in the RDP rest.
+    assert fast.pld_counts == one_by_one.pld_counts and bool(fast.pld_counts) == (noise == "gaussian")
+    assert fast.rest_rdp.tolist() == one_by_one.rest_rdp.tolist()
 
 
 def test_count_is_capped_and_says_so():
