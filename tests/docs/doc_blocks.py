@@ -72,7 +72,8 @@ def blocks(path: Path) -> list[Block]:
         reason = mk.group(2).strip() if mk else ""
         if reason.startswith("(") and reason.endswith(")"):
             reason = reason[1:-1].strip()
-        out.append(Block(str(path.relative_to(ROOT)), text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2),
+        name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        out.append(Block(name, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2),
                          mk.group(1) if mk else None, reason))
     return out
 

@@ -53,7 +53,6 @@ class Run:
     env: dict = field(default_factory=dict)
     datasets: list[str] = field(default_factory=list)  # created and not deleted, oldest first
     job: str | None = None
-    ran: int = 0
 
     def fill(self, text: str) -> str:
         if self.datasets:  # none yet: ``ds_...`` stays (in a comment; elsewhere the command fails, 404)
@@ -207,6 +206,23 @@ def test_every_block_runs_or_is_marked():
     db.TALLY["static"] = (n[None], n["skip"], n["output"], len(found))
     assert n[None] >= 20 and len(found) >= 60, db.summary_line()
     assert set(SERVER_DOCS) >= {"README.md", "docs/budget.md", "docs/jobs.md"}, SERVER_DOCS
+
+
+def test_the_rule_catches_unmarked_unrunnable_and_wrong_examples(tmp_path):
+    md = tmp_path / "x.md"
+    md.write_text("```json\n{}\n```\n\n<!-- doc-test: skip -->\n```bash\nvllm serve\n```\n\n"
+                  "<!-- doc-test: maybe (x) -->\n```\nls\n```\n\n<!-- doc-test: output (a layout) -->\n```\na/\n```\n"
+                  "\n<!-- doc-test: skip (a GPU: vLLM) -->\n\n```bash\nvllm serve\n```\n")
+    found = db.blocks(md)
+    assert [db.problems(b) is None for b in found] == [False, False, False, True, True]
+    assert found[4].marker == "skip" and found[4].reason == "a GPU: vLLM"  # a blank line between is allowed
+    steps = db.console_steps("$ dpicl privacy convert --mu 1 \\\n  --epsilon 2\ndelta  0.02092\n...\n")
+    assert steps == [("dpicl privacy convert --mu 1 \\\n  --epsilon 2", ["delta  0.02092", "..."])]
+    assert db.output_mismatch(["delta  0.02092"], "mu 1\ndelta            0.02092\n") is None
+    assert db.output_mismatch(["delta  0.02093"], "delta 0.02092\n") is not None
+    assert db.output_mismatch(["b 2", "a 1"], "a 1\nb 2\n") is not None  # order matters
+    assert db.output_mismatch(["epsilon  4.54   (a rigorous lower bound)", "notes  ..."], "epsilon 4.54\nnotes x y\n") is None
+    assert db.expected_exit("dpicl x --mechanism nope      # exit 2") == 2
 
 
 @pytest.mark.parametrize("doc", LIBRARY_DOCS)
