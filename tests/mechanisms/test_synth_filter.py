@@ -65,6 +65,23 @@ def test_filter_counts_per_reason_and_label_drops_duplicates_and_keeps_order():
     assert short_labels(r.kept_per_label, 4) == ["music", "alarm", "weather", "lights"]
 
 
+def test_a_label_keeps_its_last_demonstration_against_truncated_or_duplicate():
+    """The bench_amortized case (total eps 1): two labels whose only texts were cut off inside a quote lost
+    every demonstration and synthetic ICL fell from 0.78 to 0.40; now such a text stays when it is all a
+    label has. Empty, too-short and non-word texts still go."""
+    ex = [('Use an exact date and time. "Fix laten', "weather"), ('"Edualimu - eidoo al-', "music"),
+          ("79.8 Celsius (2", "weather"), ("Dim the lights", "lights"), ("Dim the lights", "lights"),
+          ("A", "alarm"), ("httpss06363.n", "alarm"), ("Play jazz (live", "shopping"), ("Buy milk", "shopping")]
+    r = filter_demonstrations(ex, ["weather", "music", "lights", "alarm", "shopping"])
+    assert r.kept == [('Use an exact date and time. "Fix laten', "weather"), ('"Edualimu - eidoo al-', "music"),
+                      ("Dim the lights", "lights"), ("Buy milk", "shopping")]
+    assert r.dropped == {"empty": 0, "too_short": 1, "non_words": 1, "truncated": 2, "duplicate": 1}
+    assert r.kept_per_label == {"weather": 1, "music": 1, "lights": 1, "alarm": 0, "shopping": 1}
+    # only duplicates: the first of them stays (it is not a duplicate of anything kept)
+    assert filter_demonstrations([("Buy milk", "shopping"), ("buy  milk", "shopping")]).kept == [
+        ("Buy milk", "shopping")]
+
+
 def test_synthesize_applies_the_filter_and_the_cost_does_not_change(monkeypatch):
     """synthesize() drops degenerate texts (internals say which and why, the result counts them) and its
     charge is the same with and without the filter: post-processing. The decoding is replaced by fixed
