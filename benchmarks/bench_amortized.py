@@ -56,6 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=str, default=None)
     ap.add_argument("--model", default="", help="bundled model key, e.g. gemma3-270m (default: the bundled SmolLM2)")
+    ap.add_argument("--no-rnm", action="store_true", help="skip (a) (the filter comparison does not need it)")
     a = ap.parse_args(argv)
 
     import torch
@@ -65,6 +66,7 @@ def main(argv=None) -> int:
     from app.llm import ModelSpec, bundled_specs, load_model
     from app.mechanisms import get_mechanism
     from app.mechanisms import synthesize as syn
+    from app.mechanisms.synth_filter import filter_demonstrations
     from app.privacy.calibration import calibrate_gaussian
     from app.privacy.gaussian import gaussian_epsilon
     from tests.conftest import model_cache_dir
@@ -107,9 +109,12 @@ def main(argv=None) -> int:
         sigma = calibrate_gaussian(eps, DELTA, sensitivity=math.sqrt(2), compositions=a.queries).value
         eps_a = gaussian_epsilon(sigma, DELTA, math.sqrt(2), 1)
         rnm = get_mechanism("rnm")
+        queries_a: list = [] if a.no_rnm else queries
+        for _ in (queries if a.no_rnm else []):  # the same draws as (a) makes: (b)'s seeds do not move
+            rng.integers(2**32)
         t0 = time.perf_counter()
         exp_acc = 0.0
-        for q, y in queries:
+        for q, y in queries_a:
             res = rnm.classify(lm, train, q, labels, template,
                                {"epsilon": eps_a, "delta": DELTA, "partitions": a.rnm_partitions,
                                 "exact_distribution": True}, np.random.default_rng(rng.integers(2**32)))
@@ -118,25 +123,33 @@ def main(argv=None) -> int:
         row = {"row": f"(a) rnm per answer, eps {eps:g} total", "epsilon_total": eps, "epsilon_per_answer": eps_a,
                "sigma": sigma, "accuracy": acc, "se": _se(acc, len(queries)),
                "answer_seconds": (time.perf_counter() - t0) / len(queries)}
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-        # (b) synthesize once, then synthetic ICL.
+        if queries_a:
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        # (b) synthesize once, then synthetic ICL: every non-empty text, and (b+f) the same set after the
+        # degenerate-demonstration filter that the synthesize job applies (post-processing, same charge).
         cfg = syn.plan(epsilon=eps, delta=DELTA, labels=labels, label_counts=counts, shots_per_label=a.shots,
                        max_tokens=a.max_tokens, partitions=a.partitions)
         out = syn.synthesize(lm, train, cfg, input_prefix=template.input_prefix,
-                             rng=np.random.default_rng(rng.integers(2**32)))
-        demos = [out.examples[int(i)] for i in rng.permutation(len(out.examples))]
+                             rng=np.random.default_rng(rng.integers(2**32)), filter_degenerate=False)
+        perm = [int(i) for i in rng.permutation(len(out.examples))]
+        demos = [out.examples[i] for i in perm]
+        filt = filter_demonstrations(demos, labels)
         extra = {"epsilon_total": eps, "epsilon_charged": out.privacy["epsilon"], "sigma": cfg.sigma,
                  "synth_seconds": out.seconds, "synth_forward_passes": out.forward_passes,
                  "synthetic_kept": len(out.examples), "synthetic_examples": out.examples}
-        if not demos:  # every demonstration came out empty: nothing to prompt with
-            rows.append({"row": f"(b) synthetic_icl, eps {eps:g} total", "accuracy": float("nan"), "se": 0.0, **extra})
-            continue
-        rows.append(run_icl("synthetic_icl", demos,
-                            f"(b) synthetic_icl, {a.shots}/label, eps {eps:g} total",
-                            extra))
+        extra_f = {**extra, "synthetic_kept": len(filt.kept), "synthetic_examples": filt.kept,
+                   "filter_dropped": filt.dropped}
+        name = f"(b) synthetic_icl, {a.shots}/label, eps {eps:g} total"
+        for rname, ds_demos, ex in ((name, demos, extra), (name.replace("(b)", "(b+f) filtered"), filt.kept, extra_f)):
+            if not ds_demos:  # every demonstration came out empty: nothing to prompt with
+                rows.append({"row": rname, "accuracy": float("nan"), "se": 0.0, **ex})
+            elif ds_demos is filt.kept and filt.dropped_total == 0:  # the same set: the same accuracy
+                rows.append({**rows[-1], "row": rname, **ex})
+            else:
+                rows.append(run_icl("synthetic_icl", ds_demos, rname, ex))
 
-    meta = {"model": lm.name, "task": ds.name, "queries": a.queries, "shots_per_label": a.shots,
+    meta = {"model": lm.name, "task": ds.name, "queries": a.queries, "no_rnm": a.no_rnm, "shots_per_label": a.shots,
             "max_tokens": a.max_tokens, "partitions": a.partitions, "rnm_partitions": a.rnm_partitions,
             "seed": a.seed, "threads": a.threads, "machine": platform.platform(), "delta": DELTA}
     print("\n| row | accuracy | notes |\n|---|---|---|")
@@ -147,6 +160,8 @@ def main(argv=None) -> int:
         if "synth_seconds" in r:
             note.append(f"synthesis {r['synth_seconds']:.0f} s, {r['synth_forward_passes']} passes, "
                         f"{r['synthetic_kept']} kept, sigma {r['sigma']:.3g}")
+        if "filter_dropped" in r:
+            note.append("dropped " + (", ".join(f"{n} {w}" for w, n in r["filter_dropped"].items() if n) or "none"))
         print(f"| {r['row']} | {r['accuracy']:.3f} +- {r['se']:.3f} | {'; '.join(note)} |")
     if a.json:
         Path(a.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

@@ -19,9 +19,9 @@ What we run per step t (all of it over C_t, the public candidate set):
                                                      tau = 1: their geometric mean)
 
 p_i|C and p_0|C are the distributions restricted to C_t and renormalised; E is the
-*configured* expert count (``experts``, default 32: a public constant, never the
-private n). When fewer than E experts can be built (n < E), the missing ones are
-zero-shot experts (p~ = b): the product always has E factors, so adding an exemplar
+*configured* expert count (``experts``; left out, min(60, n // 4) under replace-one, where n is
+public, and the constant 60 under add-remove: ``gen_defaults``). When fewer than E experts can
+be built (n < E, ``experts`` given), the missing ones are zero-shot experts (p~ = b): the product always has E factors, so adding an exemplar
 swaps a public factor for a private one (without the padding an added factor b^w would
 move the log-ratio by w log b(y), which the bound below does not cover -- the random
 add-one worlds of tests/mechanisms/generation/test_mozo.py caught exactly that).
@@ -115,6 +115,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.special import log_softmax, logsumexp
 
+from app.mechanisms import gen_defaults as defaults
 from app.mechanisms import sensitivity as sens
 from app.mechanisms.clip_softmax import gumbel_argmax, public_top_k_param
 from app.mechanisms.errors import MechanismParamError
@@ -127,7 +128,6 @@ from app.mechanisms.gen_common import (
     largest_feasible,
     partition,
     require_private,
-    resolve_units,
     stop_strings,
 )
 from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
@@ -146,7 +146,7 @@ NAME = "mozo"
 PARAMS = ("experts", "group_size", "temperature", "uniform_mix", "lambda_max", "epsilon_per_token", "public_top_k",
           "lambda_mode", "subsample", "private_tokens")
 LAMBDA_MODES = ("public", "per_expert")
-DEFAULT_EXPERTS = 32
+# experts / group_size / lambda_mode / private_tokens left out: data-aware defaults (app/mechanisms/gen_defaults.py)
 # Defaults from a probe on 3 held-out test dialogues (test[-3:], never in the reported eval),
 # 24 tokens: docs/generation.md, "mozo". tau = 1 (the plain geometric mean) sampled too flat
 # (ROUGE-L 0.22 at eps 8 with lam ~ 0.99); a sharper product needs a smaller lam for the same
@@ -408,9 +408,9 @@ def _subsample_param(p: Params) -> bool:
 
 
 def private_tokens_param(p: Params, max_tokens: int) -> int:
-    """``private_tokens`` K (default ``max_tokens``): the steps the budget is spread over; steps after K
-    continue greedily from the zero-shot row alone (0-DP), so the charge is K compositions."""
-    k = p.count("private_tokens", max_tokens)
+    """``private_tokens`` K (default min(16, ``max_tokens``), gen_defaults): the steps the budget is spread
+    over; steps after K continue greedily from the zero-shot row alone (0-DP), so the charge is K compositions."""
+    k = p.count("private_tokens", defaults.default_private_tokens(max_tokens))
     if k > max_tokens:
         raise MechanismParamError(f"must be at most max_tokens ({max_tokens}), got {k}", param="params.private_tokens")
     return k
@@ -422,19 +422,18 @@ def configure(req: GenerationRequest) -> MozoConfig:
     top_k = public_top_k_param(p, DEFAULT_PUBLIC_TOP_K)
     if _subsample_param(p):
         return _configure_subsampled(req, p, eps, top_k)
-    e, g = resolve_units(len(req.exemplars), p.count("experts", None), p.count("group_size", None),
-                         DEFAULT_EXPERTS, 1, "experts", "group_size", adjacency=req.adjacency)
-    weight_experts = p.count("experts", DEFAULT_EXPERTS)
     tau = p.positive("temperature", DEFAULT_TEMPERATURE)
     mu = p.nonnegative("uniform_mix", DEFAULT_UNIFORM_MIX)
     if mu > 1.0:
         raise MechanismParamError(f"must be in [0, 1], got {mu:g}", param="params.uniform_mix")
     lam_max = p.positive("lambda_max", 1.0, upper=1.0)
-    # Swap bound always (as poe): it also covers an added expert, since w does not depend on n.
-    change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
-    mode = p.choice("lambda_mode", "public", LAMBDA_MODES)
+    mode = p.choice("lambda_mode", defaults.DEFAULT_LAMBDA_MODE, LAMBDA_MODES)
     k = private_tokens_param(p, req.max_tokens)
     et = resolve_epsilon_per_token(p, eps, k, req.delta)
+    # Left-out experts / group_size follow the dataset and the measured best (gen_defaults module doc).
+    e, weight_experts, g = defaults.mozo_units(req, p, eps, et, k)
+    # Swap bound always (as poe): it also covers an added expert, since w does not depend on n.
+    change = sens.unit_change(req.adjacency, exemplars_per_unit=g, uses_every_exemplar=False)
     return MozoConfig(e, weight_experts, g, tau, mu, lam_max, et, k, change, top_k, mode,
                       max_tokens=req.max_tokens)
 
@@ -456,7 +455,7 @@ def _configure_subsampled(req: GenerationRequest, p: Params, eps: float, top_k: 
         raise MechanismParamError("the dataset has no exemplars", param="dataset_id")
     if p.count("group_size", 1) != 1:
         raise MechanismParamError("must be 1 with subsample (one exemplar per expert)", param="params.group_size")
-    e = p.count("experts", DEFAULT_EXPERTS)
+    e = p.count("experts", defaults.SUBSAMPLE_DEFAULT_EXPERTS)
     if e > n:
         raise MechanismParamError(
             f"subsampling {e} experts needs at least {e} exemplars, the dataset has {n} "
@@ -469,7 +468,7 @@ def _configure_subsampled(req: GenerationRequest, p: Params, eps: float, top_k: 
         raise MechanismParamError(f"must be in [0, 1], got {mu:g}", param="params.uniform_mix")
     lam_max = p.positive("lambda_max", 1.0, upper=1.0)
     change = sens.unit_change(req.adjacency, exemplars_per_unit=1, uses_every_exemplar=False)
-    mode = p.choice("lambda_mode", "public", LAMBDA_MODES)
+    mode = p.choice("lambda_mode", defaults.DEFAULT_LAMBDA_MODE, LAMBDA_MODES)
     rate = e / n
     k = private_tokens_param(p, req.max_tokens)
     if p.given("epsilon_per_token"):

@@ -54,6 +54,7 @@ from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.gen_common import check_count, check_positive, parse_adjacency, partition
 from app.mechanisms.gen_decode import decode, eos_ids, public_candidates
 from app.mechanisms.rng import resolve_rng
+from app.mechanisms.synth_filter import REASONS, FilterResult, filter_demonstrations
 from app.privacy.accountant import GaussianEvent
 from app.privacy.adjacency import Adjacency
 from app.privacy.calibration import calibrate_gaussian
@@ -249,12 +250,14 @@ def synthesis_prompt(label: str, shots: Sequence[str], input_prefix: str = "Text
 
 @dataclass
 class SynthesisResult:
-    examples: list[tuple[str, str]]  # (synthetic text, label), empty texts dropped
+    examples: list[tuple[str, str]]  # (synthetic text, label): degenerate ones dropped (synth_filter)
     privacy: dict[str, Any]
     config: SynthesisConfig
     internals: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     forward_passes: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count (synth_filter.REASONS)
+    kept_per_label: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"examples": [{"input": a, "output": b} for a, b in self.examples], "privacy": self.privacy,
@@ -271,10 +274,14 @@ def synthesize(
     rng: np.random.Generator | None = None,
     on_example: Callable[[int, int], None] | None = None,
     on_step: Callable[[], None] | None = None,
+    filter_degenerate: bool = True,
 ) -> SynthesisResult:
     """Run Algorithm 1 for every label of ``cfg``. ``on_example(done, total)`` after each synthetic
     example and ``on_step()`` before each token (progress and cancel points: they may raise).
-    Exemplar text never enters the result; internals hold exemplar indices and numbers."""
+    Exemplar text never enters the result; internals hold exemplar indices and numbers.
+    ``filter_degenerate`` (default) drops empty, too short, non-word, truncated and duplicate texts
+    (``app.mechanisms.synth_filter``): post-processing of the released tokens, no change to the cost;
+    False keeps every non-empty text (the benchmark's unfiltered comparison)."""
     g = resolve_rng(rng)
     t0 = time.perf_counter()
     by_label: dict[str, list[int]] = {y: [] for y in cfg.labels}
@@ -314,18 +321,27 @@ def synthesize(
             res = decode(lm, prompts, choose, cfg.max_tokens, stops=["\n"],
                          public_prompt=public if cfg.public_top_k is not None else None)
             passes += (2 if cfg.public_top_k is not None else 1) * max(1, len(res.steps))
-            text = " ".join(res.text.split())
-            if text:
-                out.append((text, y))
+            out.append((" ".join(res.text.split()), y))
             records.append({"label": y, "partitions": units, "tokens": len(res.token_ids),
                             "token_ids": [int(t) for t in res.token_ids],
-                            "finish_reason": res.finish_reason, "kept": bool(text)})
+                            "finish_reason": res.finish_reason})
             if on_example is not None:
                 on_example(len(records), total)
+    # Post-processing of the released texts only (no exemplar is read): the charge above is unchanged.
+    if filter_degenerate:
+        filt = filter_demonstrations(out, cfg.labels)
+    else:  # every non-empty text, as before the filter (the benchmark's unfiltered comparison)
+        kept = [e for e in out if e[0]]
+        filt = FilterResult(kept, {r: sum(1 for e in out if not e[0]) if r == "empty" else 0 for r in REASONS},
+                            {y: sum(1 for _, b in kept if b == y) for y in cfg.labels},
+                            [None if e[0] else "empty" for e in out])
+    for rec, why in zip(records, filt.reasons):
+        rec["kept"], rec["dropped"] = why is None, why
     internals = {"examples": records, "candidate_set": (
         "vocabulary" if cfg.public_top_k is None else
         "public: zero-shot top-k of the label's prompt without exemplars (+ EOS)")}
-    return SynthesisResult(out, cost(cfg), cfg, internals, time.perf_counter() - t0, passes)
+    return SynthesisResult(filt.kept, cost(cfg), cfg, internals, time.perf_counter() - t0, passes, filt.dropped,
+                           filt.kept_per_label)
 
 
 __all__ = ["NAME", "SynthesisConfig", "SynthesisResult", "aggregate", "cost", "plan", "release",

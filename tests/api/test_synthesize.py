@@ -62,6 +62,11 @@ def test_synthesize_charges_once_and_serves_a_public_set(server):
     assert job["status"] == "succeeded", job
     res = job["result"]
     assert res["parent_dataset_id"] == parent and res["charged"] is True
+    # The degenerate-demonstration filter (issue 29): counts per reason, no text, adding up.
+    assert set(res["examples_dropped"]) == {"empty", "too_short", "non_words", "truncated", "duplicate"}
+    assert res["examples_kept"] + sum(res["examples_dropped"].values()) == res["examples_requested"] == 2
+    assert sum(res["kept_per_label"].values()) == res["examples_kept"] == res["exemplar_count"]
+    assert all(isinstance(v, int) for v in res["examples_dropped"].values())
     assert 0 < res["epsilon"] <= 4.0 and res["adjacency"] == "replace-one"
     assert MARK not in str({k: v for k, v in job.items() if k != "result"})
 
@@ -81,6 +86,7 @@ def test_synthesize_charges_once_and_serves_a_public_set(server):
     assert prov["epsilon"] == pytest.approx(res["epsilon"]) and prov["delta"] == 1e-5
     assert prov["adjacency"] == "replace-one" and prov["model"] and "caller seed" in prov["seed_policy"]
     assert prov["parameters"]["partitions"] == 2 and prov["parameters"]["compositions"] == 2 * 1 * 3
+    assert prov["dropped"] == res["examples_dropped"] and prov["kept"] == res["examples_kept"]
     ex = httpx.get(f"{server}/v1/datasets/{res['dataset_id']}/exemplars")
     assert ex.status_code == 200 and ex.json()["total"] == ds["exemplar_count"] >= 1
     assert {e["output"] for e in ex.json()["data"]} <= {"lights", "music"}

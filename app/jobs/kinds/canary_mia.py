@@ -599,7 +599,10 @@ class CanaryMIAKind(JobKind):
         prefix = str(template.get("input_prefix") or "Text:")
 
         def once(context, g):
-            return syn.synthesize(lm, context, cfg, input_prefix=prefix, rng=g, on_step=ctx.checkpoint).examples
+            # Unfiltered (every non-empty text): the degenerate-demonstration filter is post-processing and
+            # could only hide a copied canary (a hex canary reads as non-words) from the attack.
+            return syn.synthesize(lm, context, cfg, input_prefix=prefix, rng=g, on_step=ctx.checkpoint,
+                                  filter_degenerate=False).examples
 
         delta = float(config.delta if config.delta is not None else cfg.delta)
         try:

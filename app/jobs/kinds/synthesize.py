@@ -55,6 +55,10 @@ class SynthesizeConfig(JSONBody):
     name: str | None = Field(default=None, min_length=1, max_length=200, description="the new dataset's name")
 
 
+def _dropped_text(dropped: dict[str, int]) -> str:
+    return ", ".join(f"{n} {why}" for why, n in dropped.items() if n) or "none dropped"
+
+
 def synthetic_dataset_id(job_id: str) -> str:
     """The new dataset's id, a function of the job id (idempotent creation across restarts)."""
     return "ds_syn_" + hashlib.sha256(job_id.encode()).hexdigest()[:24]
@@ -139,6 +143,7 @@ class SynthesizeKind(JobKind):
         from app.jobs import repository as jobs_repo
         from app.mechanisms import synthesize as syn
         from app.mechanisms.rng import secure_rng, seeded_rng
+        from app.mechanisms.synth_filter import short_labels
 
         rt = ctx.runtime
         with rt.db.session() as s:
@@ -185,8 +190,9 @@ class SynthesizeKind(JobKind):
                 on_example=lambda d, t: ctx.progress(0.03 + 0.92 * d / t, f"example {d} of {t}"),
                 on_step=ctx.checkpoint)
             if not res.examples:
-                raise JobError("every synthetic demonstration came out empty; try more max_tokens or epsilon",
-                               code="empty_synthesis")
+                raise JobError(f"every synthetic demonstration came out empty or degenerate ({_dropped_text(res.dropped)}); "
+                               "try more epsilon, partitions or max_tokens", code="empty_synthesis")
+            short = short_labels(res.kept_per_label, cfg.shots_per_label)
             provenance = {
                 "parent_dataset_id": ds.id,
                 "job_id": ctx.job_id,
@@ -202,6 +208,9 @@ class SynthesizeKind(JobKind):
                 "ledger_entry_id": ch.entry_id,
                 "requested": len(cfg.labels) * cfg.shots_per_label,
                 "kept": len(res.examples),
+                # Counts only, never text: the filter reads the released texts alone (post-processing, no cost).
+                "dropped": dict(res.dropped),
+                "filter": "app.mechanisms.synth_filter: empty, too short, non-words, truncated, duplicates",
             }
             ctx.progress(0.97, "storing the synthetic set")
             stored = self._store(rt, new_id, tenant_id, config.name or f"{ds.name} (synthetic)", ds, res.examples,
@@ -216,8 +225,16 @@ class SynthesizeKind(JobKind):
                 log.info("synthesize job %s: refunded its charge (%s)", ctx.job_id, type(exc).__name__)
             raise
         ctx.progress(1.0, "done")
-        return {**stored, "charged": charged_now, "seconds": res.seconds, "forward_passes": res.forward_passes,
-                "examples_kept": len(res.examples), "examples_requested": total}
+        out = {**stored, "charged": charged_now, "seconds": res.seconds, "forward_passes": res.forward_passes,
+               "examples_kept": len(res.examples), "examples_requested": total,
+               "examples_dropped": dict(res.dropped), "kept_per_label": dict(res.kept_per_label)}
+        if short:
+            out["warnings"] = [
+                f"label {y!r} kept {res.kept_per_label[y]} of {cfg.shots_per_label} demonstrations "
+                f"({cfg.shots_per_label - res.kept_per_label[y]} dropped as empty or degenerate): synthetic_icl "
+                "answers see too few examples of it; a new synthesis with more epsilon or partitions may do better"
+                for y in short]
+        return out
 
     # -- store ------------------------------------------------------------------------------------
 

@@ -213,9 +213,11 @@ EX = [(f"in {i}", f"out {i}") for i in range(40)]
 
 
 def _req(params=None, **kw):
+    """``experts`` 32 unless given: these tests are about the charge and the errors, not the data-aware
+    defaults (which refuse 40 exemplars at eps 2: tests/mechanisms/generation/test_gen_defaults.py)."""
     base = dict(epsilon=2.0, delta=1e-5, max_tokens=32)
     base.update(kw)
-    return GenerationRequest.build(EX, "q", params=params or {}, **base)
+    return GenerationRequest.build(EX, "q", params={"experts": 32, **(params or {})}, **base)
 
 
 def test_cost_within_budget_and_known_before_any_model_call():
@@ -224,7 +226,7 @@ def test_cost_within_budget_and_known_before_any_model_call():
         c = mech.cost(_req(epsilon=eps))
         assert c["is_private"] and c["epsilon"] <= eps * (1 + 1e-9) and c["mechanism"] == "mozo"
         assert c["epsilon"] > 0.95 * eps  # the calibration uses the budget
-        assert c["rdp"] is not None and c["params"]["compositions"] == 32
+        assert c["rdp"] is not None and c["params"]["compositions"] == 16  # private_tokens: min(16, max_tokens)
     # pure with delta 0: basic composition
     c = mech.cost(_req(delta=0.0))
     assert c["delta"] == 0.0 and c["epsilon"] == pytest.approx(2.0)
@@ -516,7 +518,7 @@ def test_subsampled_calibration_never_exceeds_the_target_and_matches_an_independ
     cases += [(float(rng.uniform(0.2, 10)), float(rng.choice([0.0, 1e-6, 1e-5, 1e-3])), int(rng.integers(1, 64)),
                int(n), int(rng.integers(1, n + 1))) for n in rng.integers(4, 400, size=40)]
     for eps, delta, tokens, n, m in cases:
-        req = _sub_req({"experts": m}, exemplars=SUB_EX[:n] if n <= 240 else SUB_EX * 2, epsilon=eps, delta=delta,
+        req = _sub_req({"experts": m, "private_tokens": tokens}, exemplars=SUB_EX[:n] if n <= 240 else SUB_EX * 2, epsilon=eps, delta=delta,
                        max_tokens=tokens)
         n = len(req.exemplars)
         cfg = mozo.configure(req)
@@ -547,7 +549,8 @@ def test_subsampled_calibration_never_exceeds_the_target_and_matches_an_independ
 
 def test_subsampled_chooser_draws_fresh_uniform_subsets_and_steps_on_them():
     n, e, v = 12, 4, 6
-    cfg = mozo.configure(_sub_req({"experts": e, "public_top_k": 0}, exemplars=SUB_EX[:n], max_tokens=4))
+    cfg = mozo.configure(_sub_req({"experts": e, "public_top_k": 0, "lambda_mode": "public"}, exemplars=SUB_EX[:n],
+                                  max_tokens=4))
     rng = np.random.default_rng(1803)
     logits = rng.normal(0, 3, size=(n, v))
     public = rng.normal(0, 1, size=v)
@@ -649,7 +652,8 @@ def test_private_tokens_charge_is_the_k_token_charge_and_bad_values_name_the_fie
     for extra in ({}, {"subsample": True, "experts": 8}):
         k16 = mech.cost(_req({**extra, "private_tokens": 16}))
         short = mech.cost(_req(extra, max_tokens=16))
-        full = mech.cost(_req(extra))
+        full = mech.cost(_req({**extra, "private_tokens": 32}))
+        assert mech.cost(_req(extra))["params"]["compositions"] == 16  # the default: min(16, max_tokens)
         assert k16["epsilon"] == short["epsilon"] and k16["rdp"] == short["rdp"]
         assert k16["params"]["compositions"] == 16 and full["params"]["compositions"] == 32
         assert k16["params"]["epsilon_per_token"] > full["params"]["epsilon_per_token"]
