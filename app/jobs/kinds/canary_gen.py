@@ -49,7 +49,12 @@ def plan_generation_audit(config: Any, claimed_epsilon: float | None, seconds_pe
     from app.audit.gen_power import NoPowerModel, claim_of, plan_generation
     from app.mechanisms.errors import MechanismParamError
 
+    from app.audit.gen_power import MODELLED, NOT_MODELLED
+
     t = config.target
+    if t.mechanism not in MODELLED:
+        why = NOT_MODELLED.get(str(t.mechanism), f"{t.mechanism} makes no privacy claim to plan an audit for")
+        raise JobConfigError(f"no generation power model for {t.mechanism}: {why}", param="config.target.mechanism")
     if config.mode != "direct" or config.insertion != "paired":
         raise JobConfigError("the generation planner covers direct audits with paired insertion", param="config.mode")
     if t.defence == "L3":
