@@ -136,6 +136,32 @@ def test_release_probabilities_match_the_closed_forms():
     assert p.release(0.1) == pytest.approx((1 / (1 + math.exp(10 * lam * 30.0)), 1 / (1 + math.exp(10 * lam * 40.0))))
 
 
+@pytest.mark.parametrize("units", [1, 2, 4, 8])  # units x shots = 8: every exemplar is read (coverage 1)
+def test_token_mechanisms_closed_form_is_their_own_step_law(units):
+    """The design model's P(y1) for clip_softmax and poe equals the real mechanism's per-token law
+    (``step_log_probs``) on the design's logits: two tokens (y1's and y0's decisive token), the
+    canary's unit puts its mass on y1's, every other unit on y0's; at the claimed scale and at a
+    tenth of it (temperature / 10, lam x 10)."""
+    from app.mechanisms import clip_softmax, poe_decode
+
+    far = -1e4  # a token the unit never says: clipped to the floor either way
+    with_ = np.array([[0.0, far]] + [[far, 0.0]] * (units - 1))
+    without = np.array([[far, 0.0]] * units)
+    c = _design("clip_softmax", {"epsilon": 2.0, "delta": 1e-5, "prompts": units, "shots_per_prompt": 8 // units})
+    cfg = SimpleNamespace(clip=None)
+    for mult in (1.0, 0.1):
+        tau = c.scale * mult
+        cfg.clip = -c.gap_without / 2  # c
+        got = [float(np.exp(clip_softmax.step_log_probs(z, cfg.clip, tau))[0]) for z in (with_, without)]
+        assert c.release(mult) == pytest.approx(tuple(got), rel=1e-9, abs=1e-300)  # float64 rounding of logsumexp vs tanh (~1e-11 seen)
+    p = _design("poe", {"epsilon": 2.0, "delta": 1e-5, "experts": units, "group_size": 8 // units})
+    clip = -p.gap_without / units
+    for mult in (1.0, 0.1):
+        lam = 1.0 / (p.scale * mult)
+        got = [float(np.exp(poe_decode.step_log_probs(z, clip, lam))[0]) for z in (with_, without)]
+        assert p.release(mult) == pytest.approx(tuple(got), rel=1e-9, abs=1e-300)  # float64 rounding of logsumexp vs tanh (~1e-11 seen)
+
+
 def test_unmodelled_mechanisms_say_why():
     for mech in ("ksa", "mozo"):
         with pytest.raises(NoPowerModel, match=mech):
@@ -217,3 +243,30 @@ def test_planned_design_passes_and_too_few_trials_name_one_that_can():
         if want == "inconclusive":
             assert f"reaches the power with {cfg['trials']} trials" in result["verdict_reason"] or \
                 "trials (trials:" in result["verdict_reason"]
+
+
+def test_a_design_that_cannot_reach_power_names_one_that_can():
+    """Black-box esa with 4 partitions never sees no_noise (one partition of four never moves a
+    noise-free mean past the midpoint): no trial count helps, so the inconclusive verdict names the
+    planner's design that can -- white-box, with its trials."""
+    from app.jobs.kinds.canary_gen import generation_power, plan_generation_audit
+    from app.jobs.kinds.canary_mia import CanaryMIAConfig, CanaryMIAKind
+
+    tgt = esa_target(4)
+    config = CanaryMIAConfig.model_validate({
+        "task": "generation", "threat_model": "black-box", "max_tokens": 8, "dataset": {"size": 8},
+        "target": {"type": "mechanism", "mechanism": "esa", "params": tgt.params},
+        "power": {"alternatives": ["no_noise", "non_private"]}})
+    res = run_campaign(tgt, EX, Canary("false_fact", CANARY, CANARY), "signal_text", task_labels=[],
+                       template=TEMPLATE, config=CampaignConfig(trials=200, threat_models=("black-box",)),
+                       rng=np.random.default_rng(7))
+    result = {**res.to_dict(), **generation_power(res, tgt, len(EX), 2.0, config)}
+    assert CanaryMIAKind().verdict(result, 2.0, None) == "inconclusive"
+    assert "no trial count up to 20000 reaches the power with this design" in result["verdict_reason"]
+    plan = plan_generation_audit(config, 2.0, None, tgt.embedder)
+    rec = plan["recommended"]  # the cheapest in model calls: one partition (black-box) or white-box
+    assert rec["runnable"] and rec["trials"] and min(rec["detection"].values()) >= 0.9
+    assert (rec["partitions"], rec["threat_model"]) != (4, "black-box")
+    assert any(d["threat_model"] == "white-box" and d["trials"] for d in plan["designs"])
+    assert (f"one that can: {rec['threat_model']}, partitions {rec['partitions']}, max_tokens 8, "
+            f"{rec['trials']} trials") in result["verdict_reason"], result["verdict_reason"]

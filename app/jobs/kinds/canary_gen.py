@@ -111,7 +111,22 @@ def generation_power(res: Any, target: Any, n_exemplars: int, claim: float, conf
                                     only_required=True)
         n = smallest_trials(again, 20_000)
         d["advice"] = (f"this design reaches the power with {n} trials (trials: {n}; POST /v1/audits/plan compares "
-                       "designs)" if n is not None else
-                       "no trial count up to 20000 reaches the power with this design: POST /v1/audits/plan "
-                       "(dpicl audit plan) names designs that can (unit count, max_tokens, white-box)")
+                       "designs)" if n is not None else _other_design(config, claim, target))
     return {"power": d}
+
+
+def _other_design(config: Any, claim: float, target: Any) -> str:
+    """Where no trial count of this design reaches the power: the planner's cheapest design that does."""
+    head = "no trial count up to 20000 reaches the power with this design"
+    try:
+        plan = plan_generation_audit(config, claim, None, target.decider.embedder)
+    except JobConfigError as exc:
+        return f"{head}, and the planner has no design ({exc.message})"
+    rec = plan.get("recommended")
+    if rec is None:
+        return f"{head}, nor does any design of the planner: " + plan["notes"][-1]
+    unit = {"esa": "partitions", "clip_softmax": "prompts", "poe": "experts"}.get(plan["mechanism"], "units")
+    return (f"{head}; one that can: {rec['threat_model']}, {unit} {rec['partitions']}, max_tokens "
+            f"{rec['max_tokens']}, {rec['trials']} trials (detection "
+            + ", ".join(f"{k} {v:.3g}" for k, v in rec["detection"].items()) + ")"
+            + (f", requires {rec['requires']}" if rec.get("requires") else ""))
