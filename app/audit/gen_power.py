@@ -31,6 +31,9 @@ constants from its own ``configure`` (``GenerationDesign``):
 * ``poe`` decoding (PoEtry Eq. 3 + exponential mechanism): U = sum of clipped
   log-probabilities (0 or -c); P(y1) = logistic(lam gap), gap -(E - 2)c (with) or
   -E c (without), lam the mechanism's inverse temperature.
+* ``mozo`` (DPS-MOZO / PMixED mixing): the mechanism's own step law on the two tokens with a
+  uniform base (mu = 1, or Prompt 3's zero-shot "either") and its public lam for that base:
+  log-odds w (2 - E) L (with) or -w E L (without), L = log((1 + lam)/(1 - lam)), w = 1/(E_cfg tau).
 
 Alternatives (``GEN_ALTERNATIVES``): the claimed scale (a false alarm), the noise
 scale (ESA's sigma; the sampling temperature 1/lam or tau) times 1/2, 1/4, 1/10;
@@ -47,9 +50,7 @@ counts as a miss). For noisy alternatives the black-box detection is reported: a
 lower bound of the audit's power (its headline is the larger bound).
 
 Not modelled (power unknown, no pass): ``ksa`` (keywords released by
-propose-test-release, then a zero-shot generation: no per-token law of the signal),
-``mozo`` (its per-step mixing weight is calibrated on the public distribution of
-the real candidate set, which a two-token design model does not have), the repeat
+propose-test-release, then a zero-shot generation: no per-token law of the signal), the repeat
 attack (a thresholded similarity score), the L3 judge, contextleak insertion.
 """
 
@@ -78,12 +79,10 @@ GEN_ALTERNATIVES: dict[str, float | None] = {
     "non_private": None,
 }
 DEFAULT_GEN_REQUIRED = ("noise_tenth", "no_noise", "non_private")
-MODELLED = ("esa", "clip_softmax", "poe")
+MODELLED = ("esa", "clip_softmax", "poe", "mozo")
 NOT_MODELLED = {
     "ksa": "ksa releases keywords by propose-test-release and then generates zero-shot: no per-token law of the "
            "signal text to compute",
-    "mozo": "mozo calibrates its mixing weight per step on the public distribution of the real candidate set, "
-            "which the two-token design model does not have",
 }
 GEN_MODEL_NOTE = ("design model (not observed): the canary's unit answers y1 and every other unit y0, the public "
                   "candidates offer both signal texts, one decisive token separates them (the auditor's best "
@@ -167,9 +166,32 @@ def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: in
         s, c = int(cfg.prompts), float(cfg.clip)
         return GenerationDesign("clip_softmax", s, float(cfg.temperature), 2.0 * c * (2 - s) / s, -2.0 * c,
                                 "logistic", coverage=_coverage(s * cfg.shots_per_prompt, n_exemplars))
+    if mechanism == "mozo":
+        return _mozo_design(cfg, n_exemplars)
     e, c = int(cfg.experts), float(cfg.clip)
     return GenerationDesign("poe", e, 1.0 / float(cfg.inverse_temperature), -(e - 2) * c, -e * c, "logistic",
                             coverage=_coverage(e * cfg.group_size, n_exemplars))
+
+
+def _mozo_design(cfg: Any, n: int) -> GenerationDesign:
+    """mozo's own step law (``mozo.step_log_probs``) on the two decisive tokens: the base is uniform on
+    them (mu = 1, or the zero-shot "either" of Prompt 3), lam the public calibration for that base
+    (per-expert lam equals it for the design's point masses, the worst case); the log-odds of y1
+    with and without the canary, scaled by 1/f at a temperature x f."""
+    from app.mechanisms import mozo
+
+    e, w = int(cfg.experts), float(cfg.weight)
+    cand, base = np.array([0, 1]), np.array([0.5, 0.5])
+    lam = mozo.calibrate_lambda(cfg.epsilon_per_token, w, 0.5, 0.5, cfg.lambda_max)
+    far = -1e4  # the token a one-shot expert never says
+    pad = 0 if cfg.subsample else cfg.weight_experts - e
+
+    def log_odds(z: np.ndarray) -> float:
+        lq = mozo.step_log_probs(z, cand, base, lam, w, pad=pad)
+        return float(lq[0] - lq[1])
+    gw = log_odds(np.array([[0.0, far]] + [[far, 0.0]] * (e - 1)))
+    go = log_odds(np.array([[far, 0.0]] * e))
+    return GenerationDesign("mozo", e, 1.0, gw, go, "logistic", coverage=_coverage(e * int(cfg.group_size), n))
 
 
 def _coverage(used: int, n: int) -> float:
@@ -284,7 +306,7 @@ def smallest_trials(report: Any, max_trials: int) -> int | None:
 
 
 UNIT_PARAM = {"esa": ("partitions", "shots_per_partition"), "clip_softmax": ("prompts", "shots_per_prompt"),
-              "poe": ("experts", "group_size")}
+              "poe": ("experts", "group_size"), "mozo": ("experts", "group_size")}
 
 
 def _report_fn(design: GenerationDesign, common: Mapping[str, Any], required: Sequence[str],

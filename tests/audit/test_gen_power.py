@@ -96,7 +96,8 @@ def test_deterministic_decoding_detection_is_one_when_the_canary_changes_the_arg
     """One unit: the canary's answer is the aggregate, a noise-free release is y1 iff the canary is
     in (TPR 1, FPR 0), so the bound is the perfect attack's: detection 1 iff the ceiling > claim."""
     for mech, p in (("esa", {"partitions": 1, "shots_per_partition": 8}),
-                    ("clip_softmax", {"prompts": 1, "shots_per_prompt": 8}), ("poe", {"experts": 1, "group_size": 8})):
+                    ("clip_softmax", {"prompts": 1, "shots_per_prompt": 8}), ("poe", {"experts": 1, "group_size": 8}),
+                    ("mozo", {"experts": 1, "group_size": 8})):
         d = _design(mech, {"epsilon": 2.0, "delta": 1e-5, **p})
         half = _design(mech, {"epsilon": 2.0, "delta": 1e-5, **{k: (4 if v == 8 else v) for k, v in p.items()}})
         assert half.release(0.0) == (0.5, 0.0)  # 4 of 8 exemplars used: the canary is read half the time
@@ -110,7 +111,8 @@ def test_deterministic_decoding_detection_is_one_when_the_canary_changes_the_arg
             assert r.alternatives["non_private"].detection_bound == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.parametrize("mech,key", [("esa", "partitions"), ("clip_softmax", "prompts"), ("poe", "experts")])
+@pytest.mark.parametrize("mech,key", [("esa", "partitions"), ("clip_softmax", "prompts"), ("poe", "experts"),
+                                      ("mozo", "experts")])
 def test_deterministic_decoding_with_several_units_is_invisible_black_box(mech, key):
     """T >= 3: one unit of T never moves a noise-free argmax; T = 2 ties, and the worse tie-break is taken."""
     for t in (2, 3, 5):
@@ -162,10 +164,31 @@ def test_token_mechanisms_closed_form_is_their_own_step_law(units):
         assert p.release(mult) == pytest.approx(tuple(got), rel=1e-9, abs=1e-300)  # float64 rounding of logsumexp vs tanh (~1e-11 seen)
 
 
+@pytest.mark.parametrize("experts", [1, 4, 8, None])  # None: 32 configured, 8 built, 24 padded zero-shot
+def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
+    """mozo's step law on the two decisive tokens (uniform base, public lam) has the closed form
+    log-odds w (2 - E) L with the canary and -w E L without, L = log((1 + lam)/(1 - lam)),
+    w = 1/(E_cfg tau): the padded zero-shot experts cancel out of the odds."""
+    from app.mechanisms import mozo
+    from app.mechanisms.generation import GenerationRequest
+
+    own = {} if experts is None else {"experts": experts, "group_size": 8 // experts}
+    d = _design("mozo", {"epsilon": 2.0, "delta": 1e-5, **own})
+    cfg = mozo.configure(GenerationRequest.build(EX, "q", epsilon=2.0, delta=1e-5, max_tokens=8, params=own))
+    built = cfg.experts
+    assert built == (experts or 8) and d.coverage == 1.0
+    w = cfg.weight
+    lam = mozo.calibrate_lambda(cfg.epsilon_per_token, w, 0.5, 0.5)
+    big_l = math.log((1 + lam) / (1 - lam))
+    assert d.gap_with == pytest.approx(w * (2 - built) * big_l, rel=1e-9, abs=1e-12)
+    assert d.gap_without == pytest.approx(-w * built * big_l, rel=1e-9)
+    # the bound the calibration keeps: the step's log-ratio range 2 w L <= eps_tok
+    assert 2 * w * big_l <= cfg.epsilon_per_token * (1 + 1e-12)
+
+
 def test_unmodelled_mechanisms_say_why():
-    for mech in ("ksa", "mozo"):
-        with pytest.raises(NoPowerModel, match=mech):
-            _design(mech, {"epsilon": 2.0, "delta": 1e-5})
+    with pytest.raises(NoPowerModel, match="ksa"):
+        _design("ksa", {"epsilon": 2.0, "delta": 1e-5})
 
 
 def test_real_esa_release_frequencies_match_the_design_model():
