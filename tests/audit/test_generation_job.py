@@ -99,3 +99,21 @@ def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):
     assert j["verdict"] == "inconclusive", r["verdict_reason"]
     assert "power is unknown" not in r["verdict_reason"]
     assert "this design reaches the power with" in r["verdict_reason"], r["verdict_reason"]
+
+
+def test_esa_audit_with_planned_trials_passes(client):
+    """trials 'auto' for a generation audit: the worker plans with its embedder (the same design the
+    verdict's power uses), runs the planned count against the correct esa mechanism (claim 0.5,
+    alternative non_private: 16 black-box trials put the ceiling above the claim) and ends pass."""
+    target = {**ESA, "params": {**ESA["params"], "epsilon": 0.5}}
+    job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
+                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
+                                        "trials": "auto", "max_tokens": 6, "seed": 11,
+                                        "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    assert r["plan"]["configured"]["trials"] == r["trials_total"] == r["target_calls"] == 16
+    assert r["power"]["sufficient"] and r["power"]["alternatives"]["non_private"]["detection"] == 1.0
+    assert j["verdict"] == "pass", r["verdict_reason"]
+    assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]

@@ -130,3 +130,17 @@ def _other_design(config: Any, claim: float, target: Any) -> str:
             f"{rec['max_tokens']}, {rec['trials']} trials (detection "
             + ", ".join(f"{k} {v:.3g}" for k, v in rec["detection"].items()) + ")"
             + (f", requires {rec['requires']}" if rec.get("requires") else ""))
+
+
+def planned_trials(config: Any, claimed_epsilon: float | None, embedder: Any) -> tuple[int, dict[str, Any]]:
+    """``trials: "auto"``: the configured design's planned count (measured with the worker's
+    embedder, as the verdict will be), or a 422-style error naming a design that can."""
+    plan = plan_generation_audit(config, claimed_epsilon, None, embedder)
+    n = plan["configured"]["trials"]
+    if n is None:
+        rec = plan.get("recommended")
+        can = ("" if rec is None else f"; one that can: {rec['threat_model']}, {rec['partitions']} units, max_tokens "
+               f"{rec['max_tokens']}, {rec['trials']} trials")
+        raise JobConfigError("trials 'auto': no trial count up to 20000 detects " + ", ".join(plan["alternatives"])
+                             + " with this design" + can, param="config.trials")
+    return int(n), plan

@@ -123,7 +123,8 @@ class CanaryMIAConfig(JSONBody):
         default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
         "(app.audit.sequential; classification)")
     trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
-        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives; "
+        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
+        "(classification rnm; generation esa, clip_softmax, poe, mozo); "
         "sequential: the cap ('auto': 10000)")
     power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
@@ -364,6 +365,11 @@ class CanaryMIAKind(JobKind):
     def _trials(self, ctx: JobContext, config: CanaryMIAConfig) -> tuple[int, dict[str, Any] | None]:
         if config.trials != "auto":
             return int(config.trials), None
+        if config.task == "generation":
+            from app.jobs.kinds.canary_gen import planned_trials
+
+            return planned_trials(config, ctx.claimed_epsilon,
+                                  _served(ctx, config.target.embedder, "embedder", "config.target.embedder"))
         plan = self.plan(config, ctx.claimed_epsilon)
         wb = [d for d in plan["designs"] if d["threat_model"] == "white-box" and d["trials"]]
         if plan["configured"]["trials"] is not None:
@@ -508,9 +514,9 @@ class CanaryMIAKind(JobKind):
         if config.statistic == "positive":
             raise JobConfigError("generation statistics: margin (signal distances) or reference_vector",
                                  param="config.statistic")
-        if config.trials == "auto":
-            raise JobConfigError("trials 'auto' plans classification audits (rnm, poe); give a number "
-                                 "(POST /v1/audits/plan gives it for generation)", param="config.trials")
+        if config.trials == "auto" and config.mode != "direct":
+            raise JobConfigError("trials 'auto' plans direct generation audits (the bootstrap uses n_llm/n_sample)",
+                                 param="config.trials")
         from app.audit.gen_power import GEN_ALTERNATIVES
 
         bad = [a for a in config.power.alternatives or [] if a not in GEN_ALTERNATIVES]
