@@ -293,3 +293,24 @@ def test_a_design_that_cannot_reach_power_names_one_that_can():
     assert any(d["threat_model"] == "white-box" and d["trials"] for d in plan["designs"])
     assert (f"one that can: {rec['threat_model']}, partitions {rec['partitions']}, max_tokens 8, "
             f"{rec['trials']} trials") in result["verdict_reason"], result["verdict_reason"]
+
+
+@pytest.mark.parametrize("mech,params,param", [
+    ("esa", {"epsilon": "x"}, "config.target.params.epsilon"),
+    ("esa", {}, "config.target.params.epsilon"),
+    ("poe", {"epsilon": 1.0, "delta": 2}, "config.target.params.delta"),
+    ("clip_softmax", {"epsilon": 1.0, "partitions": 2}, "config.target.params.partitions"),
+    ("poe", {"epsilon": 1e300}, "config.target.params"),  # the mechanism's own RDP overflows: a 422, not a 500
+    ("mozo", {"epsilon": 1e300}, "config.target.params"),
+    ("ksa", {"epsilon": 1.0}, "config.target.mechanism"),
+])
+def test_bad_generation_plan_is_an_error_naming_the_field(mech, params, param):
+    from app.jobs.errors import JobConfigError
+    from app.jobs.kinds.canary_gen import plan_generation_audit
+    from app.jobs.kinds.canary_mia import CanaryMIAConfig
+
+    config = CanaryMIAConfig.model_validate({"task": "generation", "dataset": {"size": 4}, "max_tokens": 4,
+                                             "target": {"mechanism": mech, "params": params}})
+    with pytest.raises(JobConfigError) as exc:
+        plan_generation_audit(config, None, None, SignalEmbedder())
+    assert exc.value.param == param, exc.value.message

@@ -78,7 +78,12 @@ def plan_generation_audit(config: Any, claimed_epsilon: float | None, seconds_pe
         raise JobConfigError(f"no generation power model for {t.mechanism}: {exc}",
                              param="config.target.mechanism") from None
     except MechanismParamError as exc:
-        raise JobConfigError(exc.message, param=f"config.target.{exc.param}") from None
+        name = exc.param or ""
+        field = name if name.startswith("params.") else f"params.{name}".rstrip(".")  # epsilon, delta live there
+        raise JobConfigError(exc.message, param=f"config.target.{field}") from None
+    except ArithmeticError as exc:  # e.g. poe/mozo's per-token RDP overflows at epsilon 1e300
+        raise JobConfigError(f"the mechanism's calibration fails for these params ({type(exc).__name__})",
+                             param="config.target.params") from None
     except ValueError as exc:
         raise JobConfigError(str(exc), param="config.power.alternatives") from None
     out["notes"].append(f"planned for dataset.size {n}, max_tokens {config.max_tokens}, threat models "
