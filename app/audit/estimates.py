@@ -62,17 +62,20 @@ def margin_statistic(noisy: np.ndarray, positive: int, negative: int | None, kin
 # ---------------------------------------------------------------------------
 
 
-def _cp_lower(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_lower(k: np.ndarray, n: int | np.ndarray, level: float) -> np.ndarray:
+    """``n``: one trial count, or one per element of ``k`` (same values either way)."""
+    k, nn = np.broadcast_arrays(np.asarray(k), np.asarray(n))
     out = np.zeros(k.shape, dtype=float)
     pos = k > 0
-    out[pos] = special.betaincinv(k[pos], n - k[pos] + 1, 1.0 - level)
+    out[pos] = special.betaincinv(k[pos], nn[pos] - k[pos] + 1, 1.0 - level)
     return out
 
 
-def _cp_upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_upper(k: np.ndarray, n: int | np.ndarray, level: float) -> np.ndarray:
+    k, nn = np.broadcast_arrays(np.asarray(k), np.asarray(n))
     out = np.ones(k.shape, dtype=float)
-    lt = k < n
-    out[lt] = special.betaincinv(k[lt] + 1, n - k[lt], level)
+    lt = k < nn
+    out[lt] = special.betaincinv(k[lt] + 1, nn[lt] - k[lt], level)
     return out
 
 
@@ -84,7 +87,7 @@ def _log_ratio(num: np.ndarray, den: np.ndarray, delta: float) -> np.ndarray:
 
 
 def bound_curves(
-    tp: np.ndarray, n1: int, fp: np.ndarray, n0: int, confidence: float, delta: float
+    tp: np.ndarray, n1: int | np.ndarray, fp: np.ndarray, n0: int | np.ndarray, confidence: float, delta: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """(epsilon lower bound, GDP mu lower bound) for arrays of counts: the formulas of
     ``app.privacy.epsilon_lower_bound`` / ``gdp_mu_lower_bound``, vectorised for threshold search."""

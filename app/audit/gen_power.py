@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from app.audit.estimates import bound_curves
 from app.audit.power import (
     DEFAULT_MIN_DETECTION,
     AlternativePower,
@@ -200,9 +201,12 @@ def _coverage(used: int, n: int) -> float:
     return min(1.0, used / max(1, n))
 
 
-def _split_detection(trials: int, fraction: float, claim: float, confidence: float, delta: float) -> float:
-    """P(the ceiling of the white-box counted split exceeds the claim): paired insertion shuffles
-    n/2 members among n trials; the threshold is chosen on the first k = round(n fraction)
+def _split_detection(trials: int, fraction: float, claim: float, confidence: float, delta: float,
+                     coverage: float = 1.0) -> float:
+    """P(the white-box bound of the counted split exceeds the claim) when the noise-free statistic
+    takes one value without the canary and another when the canary is read (probability
+    ``coverage``), the threshold separating them: TP ~ Bin(c1, coverage), FP = 0. Paired insertion
+    shuffles n/2 members among n trials; the threshold is chosen on the first k = round(n fraction)
     (``estimates.split_selection``), so the members among them are hypergeometric; a split that
     lacks a hypothesis (it grows, or the counted part fails) counts as a miss."""
     half = trials // 2
@@ -212,16 +216,28 @@ def _split_detection(trials: int, fraction: float, claim: float, confidence: flo
         return 0.0
     law = stats.hypergeom(n, half, k)
     lo, hi = int(law.ppf(1e-13)), int(law.isf(1e-13))  # the dropped tails are counted as misses
-    m = np.arange(max(0, lo - 1), min(k, hi + 1) + 1)
+    m = np.arange(max(1, lo - 1), min(k - 1, hi + 1) + 1)  # m = 0 or k: the split grows (a miss)
+    c1, c0 = half - m, half - (k - m)
+    ok = (c1 >= 1) & (c0 >= 1)
+    m, c1, c0 = m[ok], c1[ok], c0[ok]
+    if m.size == 0:
+        return 0.0
     pm = law.pmf(m)
-    out = 0.0
-    for mi, p in zip(m, pm):
-        c1, c0 = half - int(mi), half - (k - int(mi))
-        if p <= 0 or mi == 0 or mi == k or c1 < 1 or c0 < 1:
-            continue
-        if ceiling_epsilon(c1, c0, confidence=confidence, delta=delta) > claim * (1 + 1e-9) + 1e-12:
-            out += float(p)
-    return min(1.0, out)
+    # the smallest TP whose bound (FP = 0) exceeds the claim, for every split at once (bisection;
+    # the bound increases with TP); c1 + 1 where even TP = c1 does not
+    limit = claim * (1 + 1e-9) + 1e-12
+    lo_t, hi_t = np.full(m.shape, -1), c1 + 1
+    zero = np.zeros(m.shape)
+    while np.any(hi_t - lo_t > 1):
+        mid = (lo_t + hi_t) // 2
+        act = hi_t - lo_t > 1
+        eps, _ = bound_curves(np.where(act, mid, 0).astype(float), c1, zero, c0, confidence, delta)
+        good = act & (eps > limit)
+        bad = act & ~(eps > limit)
+        hi_t = np.where(good, mid, hi_t)
+        lo_t = np.where(bad, mid, lo_t)
+    p_tp = stats.binom.sf(hi_t - 1, c1, min(1.0, coverage))
+    return float(min(1.0, np.dot(pm, p_tp)))
 
 
 def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: float, confidence: float,
@@ -240,7 +256,7 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
     conf = per_threat_model_confidence(confidence, len(tms))
     ceiling = ceiling_epsilon(half, half, confidence=conf, delta=delta)
     black = "black-box" in tms
-    wb_det = (_split_detection(trials, threshold_fraction, claimed_epsilon, conf, delta)
+    wb_det = (_split_detection(trials, threshold_fraction, claimed_epsilon, conf, delta, design.coverage)
               if design.white_box and "white-box" in tms else None)
     alts: dict[str, AlternativePower] = {}
     for name, mult in GEN_ALTERNATIVES.items():

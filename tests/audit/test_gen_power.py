@@ -314,3 +314,23 @@ def test_bad_generation_plan_is_an_error_naming_the_field(mech, params, param):
     with pytest.raises(JobConfigError) as exc:
         plan_generation_audit(config, None, None, SignalEmbedder())
     assert exc.value.param == param, exc.value.message
+
+
+@pytest.mark.parametrize("trials,coverage,claim", [(40, 1.0, 0.5), (60, 0.5, 0.5), (200, 0.5, 2.0), (400, 0.25, 1.0)])
+def test_white_box_split_law_matches_a_direct_sum(trials, coverage, claim):
+    """The white-box no-noise detection (vectorised over the hypergeometric split) equals the direct
+    sum over every split m of P(m) x P(bound(TP ~ Bin(c1, coverage), FP = 0) > claim), the splits
+    that lack a hypothesis counted as misses."""
+    from app.audit.gen_power import _split_detection
+    from app.audit.power import detection_probability
+
+    half = trials // 2
+    k = int(round(trials * 0.5))
+    conf = 0.975
+    want = 0.0
+    for m in range(1, k):
+        c1, c0 = half - m, half - (k - m)
+        if c1 >= 1 and c0 >= 1:
+            want += stats.hypergeom.pmf(m, trials, half, k) * detection_probability(
+                coverage, 0.0, c1, c0, claim, confidence=conf, delta=1e-5)
+    assert _split_detection(trials, 0.5, claim, conf, 1e-5, coverage) == pytest.approx(want, abs=1e-12)
