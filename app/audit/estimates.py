@@ -63,17 +63,20 @@ def margin_statistic(noisy: np.ndarray, positive: int, negative: int | None, kin
 # ---------------------------------------------------------------------------
 
 
-def _cp_lower_direct(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_lower_direct(k: np.ndarray, n: int | np.ndarray, level: float) -> np.ndarray:
+    """``n``: one trial count, or one per element of ``k`` (same values either way)."""
+    k, nn = np.broadcast_arrays(np.asarray(k), np.asarray(n))
     out = np.zeros(k.shape, dtype=float)
     pos = k > 0
-    out[pos] = special.betaincinv(k[pos], n - k[pos] + 1, 1.0 - level)
+    out[pos] = special.betaincinv(k[pos], nn[pos] - k[pos] + 1, 1.0 - level)
     return out
 
 
-def _cp_upper_direct(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_upper_direct(k: np.ndarray, n: int | np.ndarray, level: float) -> np.ndarray:
+    k, nn = np.broadcast_arrays(np.asarray(k), np.asarray(n))
     out = np.ones(k.shape, dtype=float)
-    lt = k < n
-    out[lt] = special.betaincinv(k[lt] + 1, n - k[lt], level)
+    lt = k < nn
+    out[lt] = special.betaincinv(k[lt] + 1, nn[lt] - k[lt], level)
     return out
 
 
@@ -90,9 +93,12 @@ def _cp_memo(n: int, level: float, upper: bool) -> np.ndarray:
     return np.full(n + 1, np.nan)
 
 
-def _cp(k: np.ndarray, n: int, level: float, upper: bool) -> np.ndarray:
+def _cp(k: np.ndarray, n: int | np.ndarray, level: float, upper: bool) -> np.ndarray:
     k = np.asarray(k)
     direct = _cp_upper_direct if upper else _cp_lower_direct
+    if np.ndim(n) != 0:  # one count per element: no table to look up
+        return direct(k, n, level)
+    n = int(n)
     if not (0 <= n <= CP_MEMO_MAX_N and k.size and np.all((k >= 0) & (k <= n))):
         return direct(k, n, level)
     idx = k.astype(np.int64)
@@ -108,12 +114,12 @@ def _cp(k: np.ndarray, n: int, level: float, upper: bool) -> np.ndarray:
     return vals
 
 
-def _cp_lower(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_lower(k: np.ndarray, n: int | np.ndarray, level: float) -> np.ndarray:
     """Clopper-Pearson lower confidence limit (one-sided at ``level``) of a proportion, k of n."""
     return _cp(k, n, level, upper=False)
 
 
-def _cp_upper(k: np.ndarray, n: int, level: float) -> np.ndarray:
+def _cp_upper(k: np.ndarray, n: int | np.ndarray, level: float) -> np.ndarray:
     """Clopper-Pearson upper confidence limit (one-sided at ``level``) of a proportion, k of n."""
     return _cp(k, n, level, upper=True)
 
@@ -126,7 +132,7 @@ def _log_ratio(num: np.ndarray, den: np.ndarray, delta: float) -> np.ndarray:
 
 
 def bound_curves(
-    tp: np.ndarray, n1: int, fp: np.ndarray, n0: int, confidence: float, delta: float
+    tp: np.ndarray, n1: int | np.ndarray, fp: np.ndarray, n0: int | np.ndarray, confidence: float, delta: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """(epsilon lower bound, GDP mu lower bound) for arrays of counts: the formulas of
     ``app.privacy.epsilon_lower_bound`` / ``gdp_mu_lower_bound``, vectorised for threshold search."""

@@ -183,11 +183,13 @@ class AlternativePower:
     detection_conformance: float | None = None  # P(noise conformance test flags it), white-box only
     detection_floor: float | None = None  # P(release floor test flags it), two-label queries
     note: str = ""
+    detection_white_box: float | None = None  # P(white-box bound > claim), generation design model (gen_power)
 
     @property
     def detection(self) -> float:
         """The audit flags the alternative if any of its tests does: at least the best one's power."""
-        return max(self.detection_bound, self.detection_conformance or 0.0, self.detection_floor or 0.0)
+        return max(self.detection_bound, self.detection_conformance or 0.0, self.detection_floor or 0.0,
+                   self.detection_white_box or 0.0)
 
 
 @dataclass

@@ -347,7 +347,8 @@ def plan(
         what = f"{n} trials, {d['model_calls']} model calls" if n else "infeasible: " + "; ".join(d["reasons"])
         if n and d.get("seconds") is not None:
             what += f", ~{d['seconds']:.0f} s"
-        typer.echo(f"  {d['threat_model']:<9} partitions {d['partitions']:<2} {what}")
+        tokens = f" max_tokens {d['max_tokens']}" if d.get("max_tokens") is not None else ""
+        typer.echo(f"  {d['threat_model']:<9} partitions {d['partitions']:<2}{tokens} {what}")
     rec = out.get("recommended")
     typer.echo(f"recommended: {rec['threat_model']}, partitions {rec['partitions']}, trials {rec['trials']}" if rec
                else "no single design detects every alternative")

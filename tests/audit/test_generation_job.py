@@ -54,3 +54,66 @@ def test_bad_generation_config_is_a_422_naming_the_field(client, config, param):
 def test_reference_vector_needs_generation(client):
     r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {"statistic": "reference_vector"}})
     assert r.status_code == 422 and r.json()["error"]["param"] == "config.statistic", r.text
+
+
+def test_plan_covers_esa_generation_audits(client):
+    """POST /v1/audits/plan answers 200 for an esa target: designs with trials and the detection of
+    the generation alternatives, the signal distance measured by the served MiniLM, and the
+    configured design's prediction equal to gen_design_power for it (one power model)."""
+    from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design
+
+    cfg = {"task": "generation", "target": ESA, "dataset": {"size": 4}, "max_tokens": 8}
+    r = client.post("/v1/audits/plan", json={"kind": "canary_mia", "config": cfg})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["mechanism"] == "esa" and out["alternatives"] == list(DEFAULT_GEN_REQUIRED)
+    assert 0.0 < out["signal_distance"] < 2.0
+    c = out["configured"]
+    assert c["threat_model"] == "white-box" and set(c["detection"]) == set(DEFAULT_GEN_REQUIRED)
+    d = generation_design("esa", ESA["params"], 4, max_tokens=8, white_box=True, distance=out["signal_distance"])
+    n = c["trials"] or 20_000
+    rep = gen_design_power(d, trials=n, claimed_epsilon=out["claimed_epsilon"], confidence=0.95,
+                           threat_models=("black-box", "white-box"), delta=out["delta"], required=DEFAULT_GEN_REQUIRED)
+    assert {k: rep.alternatives[k].detection for k in DEFAULT_GEN_REQUIRED} == c["detection"]
+    rec = out["recommended"]
+    assert rec is None or (rec["trials"] and all(v >= 0.9 for v in rec["detection"].values()))
+    # ksa has no design model: a 422 that says so, naming the field
+    bad = client.post("/v1/audits/plan", json={"kind": "canary_mia",
+                                               "config": {**cfg, "target": {**ESA, "mechanism": "ksa"}}})
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "config.target.mechanism", bad.text
+    assert "ksa" in bad.json()["error"]["message"]
+
+
+def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):
+    """A small direct esa audit on the real models (black-box, 6 trials): the verdict is not 'power
+    unknown' any more; with too few trials it is inconclusive and names a trial count that can."""
+    job = submit(client, "canary_mia", {"task": "generation", "target": ESA, "dataset": {"size": 4},
+                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
+                                        "trials": 6, "max_tokens": 6, "seed": 5,
+                                        "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    assert r["power"] is not None and r["power"]["vote_model"] == "assumed"
+    assert r["power"]["alternatives"]["non_private"]["tpr"] == 1.0
+    assert j["verdict"] == "inconclusive", r["verdict_reason"]
+    assert "power is unknown" not in r["verdict_reason"]
+    assert "this design reaches the power with" in r["verdict_reason"], r["verdict_reason"]
+
+
+def test_esa_audit_with_planned_trials_passes(client):
+    """trials 'auto' for a generation audit: the worker plans with its embedder (the same design the
+    verdict's power uses), runs the planned count against the correct esa mechanism (claim 0.5,
+    alternative non_private: 16 black-box trials put the ceiling above the claim) and ends pass."""
+    target = {**ESA, "params": {**ESA["params"], "epsilon": 0.5}}
+    job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
+                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
+                                        "trials": "auto", "max_tokens": 6, "seed": 11,
+                                        "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    assert r["plan"]["configured"]["trials"] == r["trials_total"] == r["target_calls"] == 16
+    assert r["power"]["sufficient"] and r["power"]["alternatives"]["non_private"]["detection"] == 1.0
+    assert j["verdict"] == "pass", r["verdict_reason"]
+    assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]

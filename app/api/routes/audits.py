@@ -105,7 +105,13 @@ async def plan_audit(body: AuditPlanRequest, request: Request, who: Auditor):
     cfg = {**body.config, "trials": 40} if body.config.get("trials") == "auto" else body.config
     try:
         kind, model = service.validate_config(_runtime(request).settings, body.kind, cfg)
-        return await run_in_threadpool(kind.plan, model, body.claimed_epsilon, body.seconds_per_trial)
+        embedder = None
+        if getattr(model, "task", None) == "generation":  # the design model measures the signal texts with it
+            try:
+                embedder = _runtime(request).get_model(model.target.embedder, "embedder")
+            except KeyError:
+                embedder = None
+        return await run_in_threadpool(kind.plan, model, body.claimed_epsilon, body.seconds_per_trial, embedder)
     except service.ConfigInvalid as exc:
         raise APIError(422, "; ".join(f"{p}: {m}" for p, m in exc.errors[:10]), param=exc.errors[0][0],
                        code="invalid_value") from None

@@ -91,9 +91,13 @@ class CanaryConfig(JSONBody):
 class PowerConfig(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
-    alternatives: list[Literal["noise_half", "noise_quarter", "winner_only", "no_noise"]] = Field(
-        default_factory=lambda: ["noise_quarter", "no_noise"], min_length=1,
-        description="broken implementations the audit must be able to detect for a 'pass' (app.audit.power)")
+    alternatives: list[Literal["noise_half", "noise_quarter", "noise_tenth", "winner_only", "no_noise",
+                               "non_private"]] | None = Field(
+        default=None, min_length=1,
+        description="broken implementations the audit must be able to detect for a 'pass' (app.audit.power; "
+        "generation: app.audit.gen_power). Default: classification noise_quarter, no_noise; generation "
+        "noise_tenth, no_noise, non_private. winner_only is classification only, noise_tenth and non_private "
+        "generation only")
     min_detection: float = Field(default=0.9, gt=0, lt=1, description="required P(detect) of each alternative")
 
 
@@ -119,7 +123,8 @@ class CanaryMIAConfig(JSONBody):
         default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
         "(app.audit.sequential; classification)")
     trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
-        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives; "
+        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
+        "(classification rnm; generation esa, clip_softmax, poe, mozo); "
         "sequential: the cap ('auto': 10000)")
     power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
@@ -135,6 +140,11 @@ class CanaryMIAConfig(JSONBody):
     def _default_mechanism(self) -> CanaryMIAConfig:
         if self.target.mechanism is None:
             self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
+        if self.power.alternatives is None:
+            from app.audit.gen_power import DEFAULT_GEN_REQUIRED
+            from app.audit.power import DEFAULT_REQUIRED
+
+            self.power.alternatives = list(DEFAULT_GEN_REQUIRED if self.task == "generation" else DEFAULT_REQUIRED)
         return self
 
 
@@ -262,6 +272,10 @@ class CanaryMIAKind(JobKind):
         if config.statistic == "reference_vector":
             raise JobConfigError("reference_vector needs a noisy mean embedding: task generation",
                                  param="config.statistic")
+        gen_only = [a for a in config.power.alternatives or [] if a in ("noise_tenth", "non_private")]
+        if gen_only:
+            raise JobConfigError(f"{gen_only[0]} is a generation alternative; classification: noise_half, "
+                                 "noise_quarter, winner_only, no_noise", param="config.power.alternatives")
         try:
             get_strategy(config.query or "inquiry")
         except (ValueError, TypeError) as exc:
@@ -301,13 +315,18 @@ class CanaryMIAKind(JobKind):
                                      param="config.target.defence")
 
     def plan(self, config: CanaryMIAConfig, claimed_epsilon: float | None,
-             seconds_per_trial: float | None = None) -> dict[str, Any]:
-        """The planner (``app.audit.planner``) for this config's classification target and a claim
-        (default: the mechanism's own epsilon)."""
+             seconds_per_trial: float | None = None, embedder: Any = None) -> dict[str, Any]:
+        """The planner (``app.audit.planner``; generation: ``app.audit.gen_power``) for this config's
+        target and a claim (default: the mechanism's own epsilon). ``embedder``: the server's (the
+        generation design model measures the signal texts' distance with it)."""
         from app.audit.noise import rnm_noise
         from app.audit.planner import plan_audit
 
         t = config.target
+        if config.task == "generation":
+            from app.jobs.kinds.canary_gen import plan_generation_audit
+
+            return plan_generation_audit(config, claimed_epsilon, seconds_per_trial, embedder)
         if config.task != "classification" or t.mechanism != "rnm":
             raise JobConfigError("the planner covers classification targets with rnm (its design model counts votes)",
                                  param="config.target.mechanism")
@@ -346,6 +365,11 @@ class CanaryMIAKind(JobKind):
     def _trials(self, ctx: JobContext, config: CanaryMIAConfig) -> tuple[int, dict[str, Any] | None]:
         if config.trials != "auto":
             return int(config.trials), None
+        if config.task == "generation":
+            from app.jobs.kinds.canary_gen import planned_trials
+
+            return planned_trials(config, ctx.claimed_epsilon,
+                                  _served(ctx, config.target.embedder, "embedder", "config.target.embedder"))
         plan = self.plan(config, ctx.claimed_epsilon)
         wb = [d for d in plan["designs"] if d["threat_model"] == "white-box" and d["trials"]]
         if plan["configured"]["trials"] is not None:
@@ -381,8 +405,8 @@ class CanaryMIAKind(JobKind):
             return "violation"
         power = result.get("power")
         if not power:
-            result["verdict_reason"] = ("no violation seen, but the power of this audit is unknown (no noise model for "
-                                        f"{result.get('target')}): not a pass")
+            why = result.get("power_unknown") or f"no noise model for {result.get('target')}"
+            result["verdict_reason"] = f"no violation seen, but the power of this audit is unknown ({why}): not a pass"
             return "inconclusive"
         if abs(float(power["claimed_epsilon"]) - float(claim)) > 1e-12 * max(1.0, abs(float(claim))):
             result["verdict_reason"] = "the power was computed for another claim"
@@ -393,7 +417,7 @@ class CanaryMIAKind(JobKind):
                                         f"seen a violation: P(detect) {dets}")
             return "pass"
         result["verdict_reason"] = "no violation seen, but this audit could not have seen one: " + \
-            "; ".join(power.get("reasons") or [])
+            "; ".join(power.get("reasons") or []) + (f"; {power['advice']}" if power.get("advice") else "")
         return "inconclusive"
 
     def run(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
@@ -490,9 +514,16 @@ class CanaryMIAKind(JobKind):
         if config.statistic == "positive":
             raise JobConfigError("generation statistics: margin (signal distances) or reference_vector",
                                  param="config.statistic")
-        if config.trials == "auto":
-            raise JobConfigError("trials 'auto' plans classification audits (rnm, poe); give a number",
+        if config.trials == "auto" and config.mode != "direct":
+            raise JobConfigError("trials 'auto' plans direct generation audits (the bootstrap uses n_llm/n_sample)",
                                  param="config.trials")
+        from app.audit.gen_power import GEN_ALTERNATIVES
+
+        bad = [a for a in config.power.alternatives or [] if a not in GEN_ALTERNATIVES]
+        if bad:
+            raise JobConfigError(f"{bad[0]} is a classification alternative; generation: "
+                                 + ", ".join(a for a in GEN_ALTERNATIVES if a != "claimed"),
+                                 param="config.power.alternatives")
         if config.signals is not None and config.signals[0] == config.signals[1]:
             raise JobConfigError("the two signal texts must differ", param="config.signals")
 
@@ -649,6 +680,10 @@ class CanaryMIAKind(JobKind):
         if plan is not None:
             out["plan"] = plan
         claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else res.epsilon_claimed
+        if claim is not None and config.task == "generation":
+            from app.jobs.kinds.canary_gen import generation_power
+
+            out.update(generation_power(res, target, len(exemplars), float(claim), config))
         if claim is not None and config.task == "classification":
             from app.audit.campaign import assess_power
 

@@ -1,0 +1,457 @@
+"""The power of a generation canary audit: could it have seen a broken generation mechanism?
+
+The classification power model (``app.audit.power``) counts votes; a generation
+mechanism releases text, decided by the signal query (tight-auditing 3.4, Prompts
+2/3: the released text is nearer y1 "the canary is there" than y0). This module
+states a *design model* of that decision and computes, for a planned design, the
+exact probability that the audit's rigorous bound exceeds the claim under each
+broken alternative. The planner (``plan_generation``) and the verdict
+(``assess_generation_power``) call the same ``gen_design_power`` with the same
+inputs, so a plan's prediction is the power the verdict reports.
+
+Design model (the auditor's best case, as tight-auditing Lemma 3.1 is for votes):
+the canary's unit (ESA partition, clip-softmax prompt, PoE expert) answers y1 and
+every other unit y0; without the canary every unit answers y0; the public side
+(ESA's zero-shot candidates, the token mechanisms' public candidate set at the
+decisive step) offers both signal texts, and one decisive token separates them
+(the text then follows its branch). A mechanism that uses only units x shots of the
+n exemplars (a random subset) reads the canary with probability q = units x shots / n,
+so P(y1 | canary in) = q P_in + (1 - q) P_out. Under it the mechanism's own noise gives the
+release probability of y1 in closed form, with the mechanism's calibrated
+constants from its own ``configure`` (``GenerationDesign``):
+
+* ``esa`` (Wu et al. 2024; tight-auditing Alg. 3): unit-norm signal embeddings
+  e1, e0 at distance D, clip norm R (r = min(1, R)); the clean mean moves by
+  r (e1 - e0)/T; the nearer of e1, e0 to m~ = m + N(0, s^2 I) is e1 iff
+  m~ . (e1 - e0) > 0, a Gaussian with mean r D^2 (1/T - 1/2) (with the canary) or
+  -r D^2/2 (without) and sd s D:  P(y1) = Phi(r D (1/T - 1/2) / s), Phi(-r D / (2s)).
+* ``clip_softmax`` (ICLInf App. C, Alg. 1): clipped logits of the decisive token
+  c (the unit's answer) or -c; mean over s prompts; P(y1) = logistic(gap / tau)
+  with gap 2c(2 - s)/s (with) or -2c (without).
+* ``poe`` decoding (PoEtry Eq. 3 + exponential mechanism): U = sum of clipped
+  log-probabilities (0 or -c); P(y1) = logistic(lam gap), gap -(E - 2)c (with) or
+  -E c (without), lam the mechanism's inverse temperature.
+* ``mozo`` (DPS-MOZO / PMixED mixing): the mechanism's own step law on the two tokens with a
+  uniform base (mu = 1, or Prompt 3's zero-shot "either") and its public lam for that base:
+  log-odds w (2 - E) L (with) or -w E L (without), L = log((1 + lam)/(1 - lam)), w = 1/(E_cfg tau).
+
+Alternatives (``GEN_ALTERNATIVES``): the claimed scale (a false alarm), the noise
+scale (ESA's sigma; the sampling temperature 1/lam or tau) times 1/2, 1/4, 1/10;
+``no_noise`` (deterministic decoding: the argmax of the same aggregate, a clean tie
+broken for or against the canary, the worse taken); ``non_private`` (the
+full-context release: the model reads the canary and says y1, else y0).
+
+Tests: the black-box decision counts every paired trial (TP ~ Bin(n/2, tpr), FP ~
+Bin(n/2, fpr)): ``power.detection_probability``, exact. ESA's white-box margin
+d0 - d1 of the noisy mean is modelled only where it is deterministic (no noise):
+the threshold chosen on the selection trials separates the two values, so the
+bound is the ceiling of the counted split (hypergeometric, exact; a grown split
+counts as a miss). For noisy alternatives the black-box detection is reported: a
+lower bound of the audit's power (its headline is the larger bound).
+
+Not modelled (power unknown, no pass): ``ksa`` (keywords released by
+propose-test-release, then a zero-shot generation: no per-token law of the signal), the repeat
+attack (a thresholded similarity score), the L3 judge, contextleak insertion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from app.audit.estimates import bound_curves
+from app.audit.power import (
+    DEFAULT_MIN_DETECTION,
+    AlternativePower,
+    PowerReport,
+    ceiling_epsilon,
+    detection_probability,
+    per_threat_model_confidence,
+)
+
+# name -> multiplier of the claimed noise scale; None: the non-private (full-context) release.
+GEN_ALTERNATIVES: dict[str, float | None] = {
+    "claimed": 1.0, "noise_half": 0.5, "noise_quarter": 0.25, "noise_tenth": 0.1, "no_noise": 0.0,
+    "non_private": None,
+}
+DEFAULT_GEN_REQUIRED = ("noise_tenth", "no_noise", "non_private")
+MODELLED = ("esa", "clip_softmax", "poe", "mozo")
+NOT_MODELLED = {
+    "ksa": "ksa releases keywords by propose-test-release and then generates zero-shot: no per-token law of the "
+           "signal text to compute",
+}
+GEN_MODEL_NOTE = ("design model (not observed): the canary's unit answers y1 and every other unit y0, the public "
+                  "candidates offer both signal texts, one decisive token separates them (the auditor's best "
+                  "case, as tight-auditing Lemma 3.1 for votes); a model that does not follow the signal query "
+                  "lowers the real power")
+
+
+class NoPowerModel(ValueError):
+    """This audit's mechanism or attack has no generation power model (the message says why)."""
+
+
+@dataclass(frozen=True)
+class GenerationDesign:
+    """The design model of one generation mechanism configuration: P(y1) = law(gap / (f x scale))."""
+
+    mechanism: str
+    units: int  # ESA partitions, clip-softmax prompts, PoE experts
+    scale: float  # ESA sigma (x D on the projection); tau; 1 / lam
+    gap_with: float
+    gap_without: float
+    law: str  # "gaussian" | "logistic"
+    white_box: bool = False  # the audit's white-box margin runs (ESA internals)
+    signal_distance: float | None = None  # ESA: ||e(y1) - e(y0)||
+    coverage: float = 1.0  # P(the canary is in a used unit): units x shots / exemplars (a random subset is used)
+
+    def release(self, multiplier: float | None, ties: str = "positive") -> tuple[float, float]:
+        """(P(y1 | canary in), P(y1 | canary out)) under the alternative (exact in the design model)."""
+        if multiplier is None:
+            return 1.0, 0.0
+        if multiplier == 0.0:
+            def det(g: float) -> float:
+                if abs(g) <= 1e-12 * max(1.0, abs(self.gap_without)):
+                    return 1.0 if ties == "positive" else 0.0
+                return 1.0 if g > 0 else 0.0
+            p_in, p_out = det(self.gap_with), det(self.gap_without)
+        else:
+            s = multiplier * self.scale
+            f = stats.norm.cdf if self.law == "gaussian" else _logistic
+            p_in, p_out = float(f(self.gap_with / s)), float(f(self.gap_without / s))
+        return self.coverage * p_in + (1.0 - self.coverage) * p_out, p_out
+
+
+def _logistic(x: float) -> float:
+    return float(0.5 * (1.0 + math.tanh(0.5 * x)))
+
+
+def signal_distance(embedder: Any, y1: str, y0: str) -> float:
+    """||e(y1) - e(y0)|| of the auditor's (= ESA's) embedder, after unit normalisation."""
+    e = np.asarray(embedder.embed([y1, y0]), dtype=float)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-300)
+    return float(np.linalg.norm(e[0] - e[1]))
+
+
+def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: int, *, max_tokens: int,
+                      white_box: bool, distance: float | None) -> GenerationDesign:
+    """The mechanism's own calibration (``configure``) for ``n_exemplars`` and ``params`` (epsilon,
+    delta, adjacency and its own), turned into the design model. Raises ``NoPowerModel`` for the
+    mechanisms the model does not cover and the mechanism's ``MechanismParamError`` for bad params."""
+    from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
+
+    if mechanism in NOT_MODELLED:
+        raise NoPowerModel(NOT_MODELLED[mechanism])
+    if mechanism not in MODELLED:
+        raise NoPowerModel(f"{mechanism} makes no privacy claim to audit a power for")
+    p = dict(params)
+    priv = {k: p.pop(k) for k in ("epsilon", "delta", "adjacency") if k in p}
+    req = GenerationRequest.build([("x", "y")] * max(1, n_exemplars), "q", epsilon=priv.get("epsilon"),
+                                  delta=priv.get("delta", 1e-5), adjacency=priv.get("adjacency", "replace-one"),
+                                  max_tokens=max_tokens, params=p)
+    mech = get_generation_mechanism(mechanism)
+    assert mech.configure is not None
+    cfg = mech.configure(req)
+    if mechanism == "esa":
+        if distance is None or not distance > 0:
+            raise NoPowerModel("esa's design model needs the signal texts' embedding distance")
+        t, r = int(cfg.partitions), min(1.0, float(cfg.clip_norm))
+        return GenerationDesign("esa", t, float(cfg.noise.sigma), r * distance * (1.0 / t - 0.5),
+                                -r * distance / 2.0, "gaussian", white_box, distance,
+                                _coverage(t * cfg.shots_per_partition, n_exemplars))
+    if mechanism == "clip_softmax":
+        s, c = int(cfg.prompts), float(cfg.clip)
+        return GenerationDesign("clip_softmax", s, float(cfg.temperature), 2.0 * c * (2 - s) / s, -2.0 * c,
+                                "logistic", coverage=_coverage(s * cfg.shots_per_prompt, n_exemplars))
+    if mechanism == "mozo":
+        return _mozo_design(cfg, n_exemplars)
+    e, c = int(cfg.experts), float(cfg.clip)
+    return GenerationDesign("poe", e, 1.0 / float(cfg.inverse_temperature), -(e - 2) * c, -e * c, "logistic",
+                            coverage=_coverage(e * cfg.group_size, n_exemplars))
+
+
+def _mozo_design(cfg: Any, n: int) -> GenerationDesign:
+    """mozo's own step law (``mozo.step_log_probs``) on the two decisive tokens: the base is uniform on
+    them (mu = 1, or the zero-shot "either" of Prompt 3), lam the public calibration for that base
+    (per-expert lam equals it for the design's point masses, the worst case); the log-odds of y1
+    with and without the canary, scaled by 1/f at a temperature x f."""
+    from app.mechanisms import mozo
+
+    e, w = int(cfg.experts), float(cfg.weight)
+    cand, base = np.array([0, 1]), np.array([0.5, 0.5])
+    lam = mozo.calibrate_lambda(cfg.epsilon_per_token, w, 0.5, 0.5, cfg.lambda_max)
+    far = -1e4  # the token a one-shot expert never says
+    pad = 0 if cfg.subsample else cfg.weight_experts - e
+
+    def log_odds(z: np.ndarray) -> float:
+        lq = mozo.step_log_probs(z, cand, base, lam, w, pad=pad)
+        return float(lq[0] - lq[1])
+    gw = log_odds(np.array([[0.0, far]] + [[far, 0.0]] * (e - 1)))
+    go = log_odds(np.array([[far, 0.0]] * e))
+    return GenerationDesign("mozo", e, 1.0, gw, go, "logistic", coverage=_coverage(e * int(cfg.group_size), n))
+
+
+def _coverage(used: int, n: int) -> float:
+    """The mechanisms partition a uniformly random subset of ``used`` of the n exemplars, so the
+    canary (one of the n) is read with probability used / n."""
+    return min(1.0, used / max(1, n))
+
+
+def _split_detection(trials: int, fraction: float, claim: float, confidence: float, delta: float,
+                     coverage: float = 1.0) -> float:
+    """P(the white-box bound of the counted split exceeds the claim) when the noise-free statistic
+    takes one value without the canary and another when the canary is read (probability
+    ``coverage``), the threshold separating them: TP ~ Bin(c1, coverage), FP = 0. Paired insertion
+    shuffles n/2 members among n trials; the threshold is chosen on the first k = round(n fraction)
+    (``estimates.split_selection``), so the members among them are hypergeometric; a split that
+    lacks a hypothesis (it grows, or the counted part fails) counts as a miss."""
+    half = trials // 2
+    n = 2 * half
+    k = max(1, int(round(n * fraction)))
+    if half < 1 or k >= n:
+        return 0.0
+    law = stats.hypergeom(n, half, k)
+    lo, hi = int(law.ppf(1e-13)), int(law.isf(1e-13))  # the dropped tails are counted as misses
+    m = np.arange(max(1, lo - 1), min(k - 1, hi + 1) + 1)  # m = 0 or k: the split grows (a miss)
+    c1, c0 = half - m, half - (k - m)
+    ok = (c1 >= 1) & (c0 >= 1)
+    m, c1, c0 = m[ok], c1[ok], c0[ok]
+    if m.size == 0:
+        return 0.0
+    pm = law.pmf(m)
+    # the smallest TP whose bound (FP = 0) exceeds the claim, for every split at once (bisection;
+    # the bound increases with TP); c1 + 1 where even TP = c1 does not
+    limit = claim * (1 + 1e-9) + 1e-12
+    lo_t, hi_t = np.full(m.shape, -1), c1 + 1
+    zero = np.zeros(m.shape)
+    while np.any(hi_t - lo_t > 1):
+        mid = (lo_t + hi_t) // 2
+        act = hi_t - lo_t > 1
+        eps, _ = bound_curves(np.where(act, mid, 0).astype(float), c1, zero, c0, confidence, delta)
+        good = act & (eps > limit)
+        bad = act & ~(eps > limit)
+        hi_t = np.where(good, mid, hi_t)
+        lo_t = np.where(bad, mid, lo_t)
+    p_tp = stats.binom.sf(hi_t - 1, c1, min(1.0, coverage))
+    return float(min(1.0, np.dot(pm, p_tp)))
+
+
+def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: float, confidence: float,
+                     threat_models: Sequence[str], delta: float, threshold_fraction: float = 0.5,
+                     required: Sequence[str] = DEFAULT_GEN_REQUIRED,
+                     min_detection: float = DEFAULT_MIN_DETECTION, only_required: bool = False) -> PowerReport:
+    """The power a direct, paired generation audit of ``design`` with ``trials`` trials reports with
+    its verdict: the planner and the verdict both call this. ``only_required``: skip the other
+    alternatives (the planner's search; ``sufficient`` and ``reasons`` are the same)."""
+    for name in required:
+        if name not in GEN_ALTERNATIVES or name == "claimed":
+            raise ValueError(f"unknown alternative {name!r}; use one of "
+                             f"{', '.join(a for a in GEN_ALTERNATIVES if a != 'claimed')}")
+    half = trials // 2
+    tms = tuple(threat_models)
+    conf = per_threat_model_confidence(confidence, len(tms))
+    ceiling = ceiling_epsilon(half, half, confidence=conf, delta=delta)
+    black = "black-box" in tms
+    wb_det = (_split_detection(trials, threshold_fraction, claimed_epsilon, conf, delta, design.coverage)
+              if design.white_box and "white-box" in tms else None)
+    alts: dict[str, AlternativePower] = {}
+    for name, mult in GEN_ALTERNATIVES.items():
+        if only_required and name not in required:
+            continue
+        cands = [design.release(mult, t) for t in (("positive", "other") if mult == 0.0 else ("positive",))]
+        dets = [detection_probability(a, b, half, half, claimed_epsilon, confidence=conf, delta=delta)
+                if black else 0.0 for a, b in cands]
+        i = int(np.argmin(dets))
+        a = AlternativePower(name, cands[i][0], cands[i][1], dets[i])
+        if mult == 0.0:
+            a.note = "deterministic decoding: the argmax of the same aggregate, the worse of a tie-break either way"
+            if wb_det is not None:
+                a.detection_white_box = wb_det
+                a.note += "; white-box: the noise-free margin takes one value per hypothesis (exact split law)"
+        elif mult is None:
+            a.note = "the full-context release: the model reads the canary and answers y1, else y0"
+        elif name == "claimed":
+            a.note = "the claimed mechanism: detection here is a false alarm, <= 1 - confidence by the bound's validity"
+        elif design.white_box:
+            a.note = "black-box detection only: a lower bound of the audit's power (the white-box margin is noisy)"
+        alts[name] = a
+    noise_free_blind = min(design.release(0.0, t)[0] - design.release(0.0, t)[1] for t in ("positive", "other")) <= 0
+    rep = PowerReport(claimed_epsilon, conf, delta, half, half, ceiling, "assumed", GEN_MODEL_NOTE,
+                      {"mechanism": design.mechanism, "units": design.units, "noise_scale": design.scale,
+                       "signal_distance": design.signal_distance, "white_box": design.white_box,
+                       "release_changes_without_noise": not noise_free_blind, "trials": 2 * half},
+                      alts, tuple(required), min_detection)
+    reasons: list[str] = []
+    if claimed_epsilon >= ceiling and not (wb_det and wb_det >= min_detection):
+        reasons.append(f"{half} + {half} counted trials at confidence {conf:.4g} cannot show a bound above "
+                       f"{ceiling:.3g}, so a claim of {claimed_epsilon:g} can never be refuted: add trials")
+    for name in required:
+        if alts[name].detection >= min_detection:
+            continue
+        msg = f"P(detect {name}) = {alts[name].detection:.3g} < {min_detection:g} with these trials"
+        if name == "no_noise" and noise_free_blind and not design.white_box:
+            msg += (f" (with {design.units} units the canary moves one of them and a noise-free aggregate never "
+                    "releases y1: use one unit, or a white-box esa audit)")
+        reasons.append(msg)
+    rep.reasons = reasons
+    rep.sufficient = not reasons
+    return rep
+
+
+def smallest_trials(report: Any, max_trials: int) -> int | None:
+    """The smallest even trial count whose report is sufficient (doubling, then bisection to 1%,
+    re-checked), or None within ``max_trials``. ``report(n)`` -> PowerReport."""
+    if not report(max_trials).sufficient:
+        return None
+    lo, hi = 0, 64
+    while hi < max_trials and not report(hi).sufficient:
+        lo, hi = hi, min(max_trials, hi * 2)
+    while hi - lo > max(2, hi // 100):
+        mid = (lo + hi) // 2 // 2 * 2
+        if mid <= lo:
+            break
+        if report(mid).sufficient:
+            hi = mid
+        else:
+            lo = mid
+    return hi if report(hi).sufficient else max_trials
+
+
+UNIT_PARAM = {"esa": ("partitions", "shots_per_partition"), "clip_softmax": ("prompts", "shots_per_prompt"),
+              "poe": ("experts", "group_size"), "mozo": ("experts", "group_size")}
+
+
+def _report_fn(design: GenerationDesign, common: Mapping[str, Any], required: Sequence[str],
+               tms: Sequence[str]) -> Any:
+    def rep(n: int, full: bool = False) -> PowerReport:
+        return gen_design_power(design, trials=n, threat_models=tms, required=required, only_required=not full,
+                                **common)
+    return rep
+
+
+def plan_generation(mechanism: str, params: Mapping[str, Any], *, exemplars: int, max_tokens: int,
+                    distance: float | None, threat_models: Sequence[str], white_box: bool, claimed_epsilon: float,
+                    confidence: float, delta: float, alternatives: Sequence[str],
+                    min_detection: float = DEFAULT_MIN_DETECTION, threshold_fraction: float = 0.5,
+                    candidates: Sequence[int] = tuple(range(1, 9)), max_trials: int = 20_000,
+                    seconds_per_trial: float | None = None, prompts_per_unit_extra: int = 0) -> dict[str, Any]:
+    """The configured design's plan, and the cheapest design this audit can run whose verdict could
+    say pass: unit counts 1-8 (T x shots <= exemplars), for the token mechanisms also shorter
+    answers (the claim composes ``max_tokens`` steps; one decides), and ESA's white-box margin where
+    the target offers it. Every prediction is ``gen_design_power`` (the verdict's own)."""
+    from app.audit.planner import DesignPlan
+    from app.mechanisms.errors import MechanismParamError
+
+    unit, shot = UNIT_PARAM.get(mechanism, ("partitions", "shots_per_partition"))
+    base = dict(params)
+    common = {"claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta,
+              "threshold_fraction": threshold_fraction, "min_detection": min_detection}
+
+    def one(t: int | None, tokens: int, tms: Sequence[str], runnable: bool, requires: str | None) -> dict[str, Any]:
+        p = dict(base)
+        if t is not None:
+            p[unit] = t
+            if int(p.get(shot) or 1) * t > exemplars:
+                p.pop(shot, None)
+        d = generation_design(mechanism, p, exemplars, max_tokens=tokens, white_box="white-box" in tms and white_box,
+                              distance=distance)
+        rep = _report_fn(d, common, alternatives, tms)
+        n = smallest_trials(rep, max_trials)
+        r = rep(n, True) if n is not None else rep(max_trials)
+        per_call = d.units + prompts_per_unit_extra
+        tm = "white-box" if "white-box" in tms and d.white_box else "black-box"
+        plan = DesignPlan(d.units, tm, n, {a: r.alternatives[a].detection for a in alternatives}, r.ceiling_epsilon,
+                          None if n is None else n * per_call,
+                          None if n is None or seconds_per_trial is None else n * seconds_per_trial,
+                          [] if n is not None else [f"not within {max_trials} trials: " + "; ".join(r.reasons)],
+                          runnable=runnable, requires=requires)
+        return {**plan.to_dict(), "mechanism": mechanism, "max_tokens": tokens, "noise_scale": d.scale}
+
+    tms0 = tuple(threat_models)
+    configured = one(None, max_tokens, tms0, True, None)
+    designs = [configured]
+    t0 = configured["partitions"]
+    for t in candidates:
+        if t > exemplars:
+            continue
+        for tokens in dict.fromkeys([max_tokens] + ([4, 2, 1] if mechanism != "esa" else [])):
+            if tokens > max_tokens or (t, tokens) == (t0, max_tokens):
+                continue
+            req = None if tokens == max_tokens else (f"max_tokens {tokens}: signal texts whose first "
+                                                    f"{tokens} token(s) decide")
+            try:
+                designs.append(one(t, tokens, tms0, True, req))
+            except MechanismParamError:
+                continue
+    if mechanism == "esa" and "white-box" not in tms0:
+        try:
+            designs.append(one(t0, max_tokens, ("black-box", "white-box"), white_box,
+                               None if white_box else "target.white_box: true (the gateway's internals)"))
+        except MechanismParamError:
+            pass
+    feasible = [d for d in designs if d["runnable"] and d["trials"] is not None]
+    best = min(feasible, key=lambda d: (d["model_calls"] or 0, d["trials"] or 0)) if feasible else None
+    notes = ["fixed sample size: the trials are planned before the audit and it never stops early",
+             GEN_MODEL_NOTE,
+             "a design is proposed only where the verdict's own power report (app.audit.gen_power.gen_design_power) "
+             "could say pass"]
+    if mechanism != "esa":
+        notes.append("the claim composes max_tokens steps and one token decides the signal: shorter answers "
+                     "raise the per-token epsilon the audit can see")
+    if best is None:
+        notes.append("no design detects " + ", ".join(alternatives) + f" within {max_trials} trials: require fewer "
+                     "or coarser alternatives (noise_tenth, no_noise, non_private) or audit a smaller claim")
+    return {"claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta, "exemplars": exemplars,
+            "mechanism": mechanism, "alternatives": list(alternatives), "min_detection": min_detection,
+            "signal_distance": distance, "configured": configured, "recommended": best, "designs": designs,
+            "notes": notes}
+
+
+def claim_of(mechanism: str, params: Mapping[str, Any], n_exemplars: int, max_tokens: int) -> tuple[float, float]:
+    """(epsilon, delta) the mechanism claims for one answer with these params (its own ``cost``)."""
+    from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
+
+    p = dict(params)
+    priv = {k: p.pop(k) for k in ("epsilon", "delta", "adjacency") if k in p}
+    req = GenerationRequest.build([("x", "y")] * max(1, n_exemplars), "q", epsilon=priv.get("epsilon"),
+                                  delta=priv.get("delta", 1e-5), adjacency=priv.get("adjacency", "replace-one"),
+                                  max_tokens=max_tokens, params=p)
+    c = get_generation_mechanism(mechanism).cost(req)
+    return float(c.get("epsilon") or 0.0), float(c.get("delta") or 0.0)
+
+
+def assess_generation_power(result: Any, target: Any, n_exemplars: int, claimed_epsilon: float, *,
+                            required: Sequence[str] = DEFAULT_GEN_REQUIRED,
+                            min_detection: float = DEFAULT_MIN_DETECTION) -> PowerReport:
+    """The power report of a finished generation campaign (``app.audit.campaign``) against the
+    claim: ``gen_design_power`` with the campaign's own design (mechanism params, answer length,
+    trials, threat models, threshold split) and the signal distance measured by the audit's
+    embedder. Raises ``NoPowerModel`` (with why) where the design model does not apply."""
+    attack = result.attack
+    cfg = result.config
+    if getattr(attack, "decision", "signal") != "signal":
+        raise NoPowerModel("the repeat attack's score is thresholded: the design model covers the signal query")
+    if cfg.mode != "direct" or cfg.insertion != "paired":
+        raise NoPowerModel("the design model covers direct, paired trials")
+    if getattr(target, "defence", "none") == "L3":
+        raise NoPowerModel("the L3 judge replaces answers after the noise")
+    design = assess_design(result, target, n_exemplars)
+    tms = tuple(result.estimates)
+    return gen_design_power(design, trials=len(result.trials), claimed_epsilon=claimed_epsilon,
+                            confidence=result.confidence, threat_models=tms, delta=result.delta,
+                            threshold_fraction=cfg.threshold_fraction, required=required,
+                            min_detection=min_detection)
+
+
+def assess_design(result: Any, target: Any, n_exemplars: int) -> GenerationDesign:
+    """The design model of a finished campaign's target (its mechanism, params and answer length;
+    the signal distance measured by its embedder)."""
+    mech = target.mechanism if isinstance(target.mechanism, str) else target.mechanism.name
+    a = result.attack
+    distance = signal_distance(target.decider.embedder, a.labels[0], a.labels[1]) if mech == "esa" else None
+    return generation_design(mech, target.params, n_exemplars, max_tokens=int(target.max_tokens),
+                             white_box="white-box" in result.estimates, distance=distance)
