@@ -164,7 +164,7 @@ def test_token_mechanisms_closed_form_is_their_own_step_law(units):
         assert p.release(mult) == pytest.approx(tuple(got), rel=1e-9, abs=1e-300)  # float64 rounding of logsumexp vs tanh (~1e-11 seen)
 
 
-@pytest.mark.parametrize("experts", [1, 4, 8, None])  # None: 32 configured, 8 built, 24 padded zero-shot
+@pytest.mark.parametrize("experts", [1, 2, 4, 8])
 def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
     """mozo's step law on the two decisive tokens (uniform base, public lam) has the closed form
     log-odds w (2 - E) L with the canary and -w E L without, L = log((1 + lam)/(1 - lam)),
@@ -172,11 +172,13 @@ def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
     from app.mechanisms import mozo
     from app.mechanisms.generation import GenerationRequest
 
-    own = {} if experts is None else {"experts": experts, "group_size": 8 // experts}
+    # Given: left out, experts would be derived from the 8 exemplars (2 x 4) and refused as unusable
+    # (gen_defaults); the old default's padded zero-shot experts no longer arise from a default call.
+    own = {"experts": experts, "group_size": 8 // experts}
     d = _design("mozo", {"epsilon": 2.0, "delta": 1e-5, **own})
     cfg = mozo.configure(GenerationRequest.build(EX, "q", epsilon=2.0, delta=1e-5, max_tokens=8, params=own))
     built = cfg.experts
-    assert built == (experts or 8) and d.coverage == 1.0
+    assert built == experts and d.coverage == 1.0
     w = cfg.weight
     lam = mozo.calibrate_lambda(cfg.epsilon_per_token, w, 0.5, 0.5)
     big_l = math.log((1 + lam) / (1 - lam))
