@@ -179,7 +179,10 @@ def live_server(database_url, lm, embedder):
     from app.api.main import create_app
     from app.runtime import Runtime
 
-    settings = server_settings(database_url)
+    # No job runner: this server lives the whole session on the shared database, and a runner of its own
+    # (default egress policy, default slots) would claim jobs that a test submitted to its own server on
+    # that database (seen: a loopback remote-target audit refused by this runner's egress policy).
+    settings = server_settings(database_url, job_runner="none")
     rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
     srv = LiveServer(create_app(settings, runtime=rt), free_port())
     srv.start()
