@@ -45,8 +45,9 @@ class DatasetMeta(JSONBody):
     name: str = Field(min_length=1, max_length=200)
     budget: BudgetIn | None = None
     task: Literal["classification", "generation"] = "classification"
-    labels: list[Annotated[str, Field(pattern=NON_BLANK)]] | None = Field(
-        default=None, min_length=2, max_length=100)
+    # Unique (uniqueItems in the schema); the check below also refuses two labels equal once trimmed.
+    labels: Annotated[list[Annotated[str, Field(pattern=NON_BLANK)]], Field(
+        min_length=2, max_length=100, json_schema_extra={"uniqueItems": True})] | None = None
     template: TemplateIn | None = None
     answer_reuse: bool = Field(default=True, description="an identical private request gets the stored released "
                                                          "answer at no cost (false: every request is charged)")

@@ -1,0 +1,128 @@
+"""Schema fuzzing as an outside client runs it (issue 29, item 8): the schemathesis CLI with its own
+defaults, no config file of ours, against a server started with fresh defaults (SQLite, auth mode
+``auto`` with no key, the in-process job runner, the bundled models as the other contract tests load
+them):
+
+    schemathesis run URL/openapi.json -n 25 --checks all --seed 1
+
+run from an empty folder (so no schemathesis.toml is found), default phases (examples, coverage,
+fuzzing, stateful), default request timeout (10 s). tests/contract/test_schemathesis.py runs the
+suite's own settings (more examples, its toml, every database); this test checks what a client team
+sees. Schemathesis stops an operation at its first failure, so a clean run here is what "finds
+nothing" means.
+
+One exception, in a second invocation: ``positive_data_acceptance`` ("a schema-valid request is
+accepted") cannot pass, with any schema, for the operations whose rules between fields JSON Schema
+cannot state: schemathesis accepts no 4xx but 401/403/404/409/429 for a schema-valid body, and a
+declared 422 does not change that (schemathesis 4.32, specs/openapi/checks.py). Each states what it
+can (oneOf variants, uniqueItems, minimum; app/privacy/schemas.py, app/api/dataset_schemas.py) and
+answers the rest with a 422 naming the field:
+
+* ``POST /v1/datasets``: each exemplar's output is one of ``labels`` (and labels stay unique once trimmed);
+* ``POST /v1/privacy/calibrate``: the target is reachable within [lower, upper];
+* ``POST /v1/privacy/convert``: an RDP curve as long as its orders; a grid spec that parses (``"2-99"``);
+* ``POST /v1/privacy/empirical``: the counts add up to ``trials``; ``correct`` <= ``trials``;
+* ``POST /v1/audits`` and ``/v1/audits/plan``: a kind's run-time rules (a statistic that suits the
+  task, a reachable remote target, ...).
+
+Those operations run every other check (``--exclude-checks positive_data_acceptance``), with the same
+seed and examples. Runtime on the project's loaded 2-core machine: see RUNTIME below.
+
+The keyed variant (``test_outside_client_with_a_key``) creates an admin key first and sends it on
+every request (``-H 'Authorization: Bearer ...'``): the document then declares bearer security on
+every non-public route, so ``ignored_auth`` probes each with no key and a wrong key (401 expected).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LiveServer, free_port, model_cache_dir
+
+SEED = "1"
+EXAMPLES = "25"
+# The operations that skip positive_data_acceptance (see the docstring), as schemathesis names them.
+CROSS_FIELD = r"^POST /v1/(datasets|privacy/(calibrate|convert|empirical)|audits|audits/plan)$"
+
+
+def _schemathesis() -> str:
+    exe = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or shutil.which("schemathesis")
+    if exe is None:
+        pytest.fail("schemathesis is not installed: it is pinned in the [test] extra (pip install -e '.[test]')")
+    return exe
+
+
+def _fresh_server(tmp_path: Path, lm, embedder, key: bool):
+    from app.api.main import create_app
+    from app.config import load_settings
+    from app.runtime import Runtime
+
+    # Fresh defaults: only where the database lives and how the bundled models load (as every test).
+    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'dpicl.db'}", model_cache_dir=str(model_cache_dir()),
+                             device="cpu", dtype="float32")
+    headers: list[str] = []
+    if key:
+        from app.api.principal import create_key
+        from app.store import migrate
+
+        migrate.upgrade(settings.database_url)
+        rt0 = Runtime.create(settings, models={})
+        with rt0.db.session() as s:
+            plain, _ = create_key(s, tenant_id="outside", name="outside", scopes=["admin", "infer", "audit", "internals"])
+            s.commit()
+        rt0.close()
+        headers = ["-H", f"Authorization: Bearer {plain}"]
+    rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
+    srv = LiveServer(create_app(settings, runtime=rt), free_port())
+    srv.start()
+    return srv, rt, headers
+
+
+def _run(url: str, headers: list[str], extra: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = [_schemathesis(), "run", f"{url}/openapi.json", "-n", EXAMPLES, "--checks", "all", "--seed", SEED,
+           *headers, *extra]
+    env = {**os.environ, "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env, cwd=cwd)
+    return proc, time.monotonic() - t0
+
+
+def _check(proc: subprocess.CompletedProcess, label: str) -> None:
+    out = proc.stdout + proc.stderr
+    if os.environ.get("DPICL_FUZZ_LOG"):
+        with open(os.environ["DPICL_FUZZ_LOG"], "a") as f:
+            f.write(f"===== {label}\n{out}\n")
+    assert proc.returncode == 0, f"schemathesis ({label}) found failures:\n{out[-12000:]}"
+    summary = out[out.rfind("SUMMARY"):]
+    assert "Tested:" in summary and "passed" in summary, summary
+
+
+def _outside(tmp_path: Path, lm, embedder, key: bool) -> None:
+    empty = tmp_path / "client"
+    empty.mkdir()
+    srv, rt, headers = _fresh_server(tmp_path, lm, embedder, key)
+    try:
+        everything, t1 = _run(srv.url, headers, ["--exclude-name-regex", CROSS_FIELD], empty)
+        _check(everything, "every operation, --checks all")
+        cross, t2 = _run(srv.url, headers, ["--include-name-regex", CROSS_FIELD,
+                                            "--exclude-checks", "positive_data_acceptance"], empty)
+        _check(cross, "cross-field operations, every check but positive_data_acceptance")
+        print(f"schemathesis outside-client runs: {t1:.0f} s + {t2:.0f} s")
+    finally:
+        srv.stop()
+        rt.close()
+
+
+def test_outside_client_finds_nothing(tmp_path, lm, embedder):
+    _outside(tmp_path, lm, embedder, key=False)
+
+
+def test_outside_client_with_a_key(tmp_path, lm, embedder):
+    _outside(tmp_path, lm, embedder, key=True)
