@@ -24,7 +24,8 @@ class TemplateIn(JSONBody):
 
 class ExemplarIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
-    input: str
+    # Not blank (the route refuses a blank input, 422 exemplars.<i>.input, code empty_input).
+    input: str = Field(json_schema_extra={"pattern": NON_BLANK})
     output: str
 
 

@@ -318,6 +318,18 @@ def _audit_union(doc: dict[str, Any], settings) -> None:
     }
 
 
+def _noise_seeds(doc: dict[str, Any], settings) -> None:
+    """A server without DPICL_ALLOW_SEEDED_NOISE refuses a noise seed (422 naming ``seed``): its document
+    says the field is to be left out (null), as it leaves out ``webhook_url`` without a signing secret."""
+    if settings.allow_seeded_noise:
+        return
+    for comp in doc["components"]["schemas"].values():
+        seed = comp.get("properties", {}).get("seed")
+        if isinstance(seed, dict) and "DPICL_ALLOW_SEEDED_NOISE" in seed.get("description", ""):
+            comp["properties"]["seed"] = {
+                "type": "null", "description": "noise seeds are refused here (DPICL_ALLOW_SEEDED_NOISE is off)"}
+
+
 def _document(app: FastAPI, settings, keyed: bool) -> dict[str, Any]:
     from app.api.openapi_contract import declare_security, forbid_nul
 
@@ -328,6 +340,7 @@ def _document(app: FastAPI, settings, keyed: bool) -> dict[str, Any]:
     _classify_union(doc, settings)
     _generate_union(doc, settings)
     _audit_union(doc, settings)
+    _noise_seeds(doc, settings)
     forbid_nul(doc)
     declare_security(doc, keyed)
     return doc

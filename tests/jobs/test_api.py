@@ -131,6 +131,12 @@ def test_idempotency_key_gives_back_the_same_job(client):
         ({"kind": "epsilon", "config": {**CALIBRATE, "mechanism": "clip-softmax", "solve_for": "temperature"}},
          "config.compositions"),
         ({"kind": "epsilon", "config": {"operation": "convert", "sigma": 0, "delta": 1e-5}}, "config.sigma"),
+        # The rules the OpenAPI document's variants state are refused at submission too (issue 29, item 8).
+        ({"kind": "epsilon", "config": {**CALIBRATE, "method": "rdp", "orders": []}}, "config.orders"),
+        ({"kind": "epsilon", "config": {"operation": "convert", "rho": 0.5, "mu": 1.0, "delta": 1e-5}},
+         "config.source"),
+        ({"kind": "epsilon", "config": {"operation": "empirical", "tp": 1, "fn": 1, "fp": 1, "tn": 1,
+                                        "accuracy": 0.5}}, "config.accuracy"),
         ({"kind": "epsilon", "config": {"operation": "nope"}}, "config.operation"),
         ({"kind": "sleep", "config": {"steps": "many"}}, "config.steps"),
         ({"kind": "no-such-kind", "config": {}}, "kind"),
