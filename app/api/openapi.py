@@ -16,6 +16,10 @@ post-processes the generated document:
 
 Success bodies come from the routes' ``response_model`` (app/api/schemas.py); a status a
 route declares itself with ``responses=`` (the health body on a 503) keeps its schema.
+app/api/openapi_contract.py adds the bearer security of each operation and the "no NUL in any
+request string" rule; a server that refuses noise seeds says ``seed`` is null. The document
+depends on the effective auth mode (a key is optional while open, required once keyed), so one
+is built and cached per mode.
 
 A schema-fuzzing test (tests/contract/test_schemathesis.py) runs schemathesis
 against a live server to keep the document and the behaviour together.
