@@ -24,7 +24,8 @@ class TemplateIn(JSONBody):
 
 class ExemplarIn(JSONBody):
     model_config = ConfigDict(extra="forbid")
-    input: str
+    # Not blank (the route refuses a blank input, 422 exemplars.<i>.input, code empty_input).
+    input: str = Field(json_schema_extra={"pattern": NON_BLANK})
     output: str
 
 
@@ -45,8 +46,9 @@ class DatasetMeta(JSONBody):
     name: str = Field(min_length=1, max_length=200)
     budget: BudgetIn | None = None
     task: Literal["classification", "generation"] = "classification"
-    labels: list[Annotated[str, Field(pattern=NON_BLANK)]] | None = Field(
-        default=None, min_length=2, max_length=100)
+    # Unique (uniqueItems in the schema); the check below also refuses two labels equal once trimmed.
+    labels: Annotated[list[Annotated[str, Field(pattern=NON_BLANK)]], Field(
+        min_length=2, max_length=100, json_schema_extra={"uniqueItems": True})] | None = None
     template: TemplateIn | None = None
     answer_reuse: bool = Field(default=True, description="an identical private request gets the stored released "
                                                          "answer at no cost (false: every request is charged)")

@@ -16,6 +16,10 @@ post-processes the generated document:
 
 Success bodies come from the routes' ``response_model`` (app/api/schemas.py); a status a
 route declares itself with ``responses=`` (the health body on a 503) keeps its schema.
+app/api/openapi_contract.py adds the bearer security of each operation and the "no NUL in any
+request string" rule; a server that refuses noise seeds says ``seed`` is null. The document
+depends on the effective auth mode (a key is optional while open, required once keyed), so one
+is built and cached per mode.
 
 A schema-fuzzing test (tests/contract/test_schemathesis.py) runs schemathesis
 against a live server to keep the document and the behaviour together.
@@ -55,7 +59,7 @@ DESCRIPTIONS = {
     "400": "The body is not parseable JSON",
     "401": "Missing, invalid or revoked API key (keyed mode)",
     "403": "The API key lacks the scope this operation needs",
-    "404": "No such resource for this tenant (dataset, model, job, artifact)",
+    "404": "No such resource for this tenant (dataset, model, job, artifact), or a body that names one",
     "409": "Conflict: an Idempotency-Key reused with a different request, or a finished job",
     "413": "The body is larger than the server accepts",
     "415": "Unsupported Content-Type",
@@ -93,7 +97,8 @@ STATUSES: dict[tuple[str, str], tuple[str, ...]] = {
     ("post", "/v1/chat/completions"): _PRIVATE,
     ("get", "/v1/private/mechanisms"): ("401", "403"),
     ("get", "/v1/private/generate/mechanisms"): ("401", "403"),
-    ("post", "/v1/audits"): ("400", "401", "403", "409", "422", "429"),
+    # 404: a config that names a dataset of the caller's tenant which does not exist (synthesize).
+    ("post", "/v1/audits"): ("400", "401", "403", "404", "409", "422", "429"),
     ("get", "/v1/audits"): ("401", "403", "404", "422"),
     ("post", "/v1/audits/plan"): ("400", "401", "403", "422"),
     ("get", "/v1/audits/kinds"): ("401", "403"),
@@ -317,18 +322,56 @@ def _audit_union(doc: dict[str, Any], settings) -> None:
     }
 
 
+def _noise_seeds(doc: dict[str, Any], settings) -> None:
+    """A server without DPICL_ALLOW_SEEDED_NOISE refuses a noise seed (422 naming ``seed``): its document
+    says the field is to be left out (null), as it leaves out ``webhook_url`` without a signing secret."""
+    if settings.allow_seeded_noise:
+        return
+    for comp in doc["components"]["schemas"].values():
+        seed = comp.get("properties", {}).get("seed")
+        if isinstance(seed, dict) and "DPICL_ALLOW_SEEDED_NOISE" in seed.get("description", ""):
+            comp["properties"]["seed"] = {
+                "type": "null", "description": "noise seeds are refused here (DPICL_ALLOW_SEEDED_NOISE is off)"}
+
+
+def _document(app: FastAPI, settings, keyed: bool) -> dict[str, Any]:
+    from app.api.openapi_contract import declare_security, forbid_nul
+
+    doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    doc.setdefault("components", {}).setdefault("schemas", {})
+    _declare_errors(doc)
+    _dataset_body(doc)
+    _classify_union(doc, settings)
+    _generate_union(doc, settings)
+    _audit_union(doc, settings)
+    _noise_seeds(doc, settings)
+    forbid_nul(doc)
+    declare_security(doc, keyed)
+    return doc
+
+
+def _keyed(app: FastAPI, settings) -> bool:
+    """Whether the server needs keys now (the document's ``security`` follows auth mode ``auto``
+    from open to keyed when the first key is created)."""
+    from app.api.principal import auth_mode, cached_auth_mode
+
+    if settings.auth_mode != "auto":
+        return settings.auth_mode == "required"
+    rt = getattr(app.state, "runtime", None)
+    if rt is None:
+        return False
+    mode = cached_auth_mode(rt)
+    return (mode if mode is not None else auth_mode(rt)) == "keys"
+
+
 def install_openapi(app: FastAPI, settings) -> None:
+    docs: dict[bool, dict[str, Any]] = {}
+
     def custom_openapi() -> dict[str, Any]:
-        if app.openapi_schema:
-            return app.openapi_schema
-        doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        doc.setdefault("components", {}).setdefault("schemas", {})
-        _declare_errors(doc)
-        _dataset_body(doc)
-        _classify_union(doc, settings)
-        _generate_union(doc, settings)
-        _audit_union(doc, settings)
-        app.openapi_schema = doc
-        return doc
+        keyed = _keyed(app, settings)
+        if keyed not in docs:
+            docs[keyed] = _document(app, settings, keyed)
+        app.openapi_schema = docs[keyed]
+        return docs[keyed]
 
     app.openapi = custom_openapi  # type: ignore[method-assign]

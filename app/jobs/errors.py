@@ -30,6 +30,14 @@ class JobConfigError(JobError):
     code = "invalid_config"
 
 
+class JobNotFoundError(JobConfigError):
+    """The config names a resource of the caller's tenant that does not exist (HTTP 404 at submission:
+    the request is well formed, the thing it points to is missing)."""
+
+    code = "not_found"
+    http_status = 404
+
+
 class JobBudgetError(JobError):
     """The privacy budget cannot pay for the job (HTTP 429 at submission)."""
 

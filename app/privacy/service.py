@@ -268,6 +268,8 @@ def convert(
         if k != 1:
             raise PrivacyInputError("count applies to a source guarantee", param="count")
         if target == "mu":
+            if orders is not None:
+                parse_orders(orders)  # not used for mu, but a bad grid is still a 422 naming it
             result.update({"mu": gdp_mu(e_in, d_in), "method": "gdp"})
         else:
             grid_in = parse_orders(orders)

@@ -86,11 +86,20 @@ def test_the_table_names_every_route(keyed):
 
     table = {(a.method, a.path) for a in ROUTES if a.who != UI}
     assert table == _routes(keyed.app)
+
+    def table_who(key):
+        return next(a.who for a in ROUTES if (a.method, a.path) == key)
     # The OpenAPI document declares 401 exactly where the table wants a key.
     doc = keyed.app.openapi()["paths"]
     undeclared = [(a.method, a.path) for a in ROUTES if a.path in doc
                   and ("401" in doc[a.path][a.method.lower()]["responses"]) != (a.who != PUBLIC)]
     assert not undeclared
+    # ... and bearer security on exactly those routes (required: the server is keyed), none on the public ones.
+    security = {(a.method, a.path): doc[a.path][a.method.lower()]["security"] for a in ROUTES if a.path in doc}
+    wrong = [k for k, v in security.items() if v != ([] if table_who(k) == PUBLIC else [{"bearerAuth": []}])]
+    assert not wrong, wrong
+    assert keyed.app.openapi()["components"]["securitySchemes"]["bearerAuth"] == {
+        **keyed.app.openapi()["components"]["securitySchemes"]["bearerAuth"], "type": "http", "scheme": "bearer"}
 
 
 def _call(c: httpx.Client, method: str, path: str, ids: dict, key: str | None) -> httpx.Response:

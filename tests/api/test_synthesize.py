@@ -121,7 +121,6 @@ def test_synthesize_charges_once_and_serves_a_public_set(server):
 
 @pytest.mark.parametrize("over, param", [
     ({"partitions": 4}, "config.partitions"),  # 4 x 1 > 3 exemplars per label
-    ({"dataset_id": "ds_missing"}, "config.dataset_id"),
     ({"shots_per_label": 0}, "config.shots_per_label"),
     ({"epsilon": -1}, "config.epsilon"),
     ({"model": "no-such-model"}, "config.model"),
@@ -132,6 +131,16 @@ def test_bad_configs_are_refused_naming_the_field(server, over, param):
         "dataset_id": parent, **CONFIG, **over}}, timeout=30)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_an_unknown_parent_dataset_is_a_404_naming_it(server):
+    """A well-formed config that names no dataset of the caller's tenant: 404 (the OpenAPI document
+    declares it), not a 422, which would say the body itself is invalid."""
+    r = httpx.post(f"{server}/v1/audits", json={"kind": "synthesize", "config": {
+        "dataset_id": "ds_missing", **CONFIG}}, timeout=30)
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["param"] == "config.dataset_id"
+    assert r.json()["error"]["code"] == "dataset_not_found"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -131,6 +131,13 @@ def test_idempotency_key_gives_back_the_same_job(client):
         ({"kind": "epsilon", "config": {**CALIBRATE, "mechanism": "clip-softmax", "solve_for": "temperature"}},
          "config.compositions"),
         ({"kind": "epsilon", "config": {"operation": "convert", "sigma": 0, "delta": 1e-5}}, "config.sigma"),
+        # The rules the OpenAPI document's variants state are refused at submission too (issue 29, item 8).
+        ({"kind": "epsilon", "config": {**CALIBRATE, "method": "rdp", "orders": []}}, "config.orders"),
+        ({"kind": "epsilon", "config": {"operation": "convert", "rho": 0.5, "mu": 1.0, "delta": 1e-5}},
+         "config.source"),
+        ({"kind": "epsilon", "config": {"operation": "empirical", "tp": 1, "fn": 1, "fp": 1, "tn": 1,
+                                        "accuracy": 0.5}}, "config.accuracy"),
+        ({"kind": "epsilon", "config": {"operation": "convert", "sigma": 1.0}}, "config.delta"),
         ({"kind": "epsilon", "config": {"operation": "nope"}}, "config.operation"),
         ({"kind": "sleep", "config": {"steps": "many"}}, "config.steps"),
         ({"kind": "no-such-kind", "config": {}}, "kind"),
@@ -198,10 +205,13 @@ def test_epsilon_kind_convert_and_empirical(client):
 
 
 def test_epsilon_kind_runtime_error_is_actionable(client):
-    job = submit(client, kind="epsilon", config={"operation": "convert", "sigma": 1.0})  # neither delta nor epsilon
+    # An RDP curve longer than its orders: a rule no schema states, so the job is accepted and fails saying
+    # what to fix (a structural one, e.g. neither delta nor epsilon, is a 422 at submission: above).
+    job = submit(client, kind="epsilon", config={"operation": "convert", "rdp": [0.5, 1.0], "orders": [2],
+                                                 "delta": 1e-5})
     done = wait_job(client, job["id"])
     assert done["status"] == "failed" and done["error"]["code"] == "invalid_config"
-    assert "config.delta" in done["error"]["message"] and "resubmit" in done["error"]["message"]
+    assert "config.rdp" in done["error"]["message"] and "resubmit" in done["error"]["message"]
 
 
 def test_list_is_paginated_newest_first_and_filterable(client):

@@ -98,7 +98,7 @@ class ChatCompletionRequest(JSONBody):
     adjacency: AdjacencyName | None = None
     calibrate: bool | None = None
     return_internals: bool = False
-    seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
     reuse: bool = True
     dp_params: dict[str, Any] = Field(default_factory=dict)
 

@@ -91,25 +91,16 @@ class EpsilonKind(JobKind):
     )
 
     def check(self, config: EpsilonConfig, settings) -> None:
-        # The cheap structural rules of the privacy service, so that CI learns of them at submit time
-        # (everything else is checked when the job runs and reported as the job's error).
-        c = config.root
-        if isinstance(c, EpsilonCalibrate):
-            solve = c.solve_for.replace("_", "-")
-            if c.mechanism == "clip-softmax":
-                if c.compositions is None:
-                    raise JobConfigError("compositions (sequences x tokens) is required for clip-softmax",
-                                         param="config.compositions")
-                if solve not in ("temperature", "clip", "batch-size"):
-                    raise JobConfigError("clip-softmax solves for temperature, clip or batch_size",
-                                         param="config.solve_for")
-            elif solve != "sigma":
-                raise JobConfigError("the gaussian mechanism solves for sigma", param="config.solve_for")
-        elif isinstance(c, EpsilonConvert):
-            sources = [n for n in ("rdp", "rho", "pure_epsilon", "mu", "sigma") if getattr(c, n) is not None]
-            if len(sources) > 1:
-                raise JobConfigError(f"give exactly one of rdp, rho, pure_epsilon, mu, sigma (got {', '.join(sources)})",
-                                     param="config.source")
+        # The structural rules of the privacy service (the oneOf variants its JSON Schema states), so that a
+        # client learns of them at submit time; the math's own limits are checked when the job runs and
+        # reported as the job's error.
+        from app.privacy.errors import PrivacyInputError
+        from app.privacy.schemas import check_variants
+
+        try:
+            check_variants(config.root)
+        except PrivacyInputError as exc:
+            raise JobConfigError(exc.message, param=f"config.{exc.param}" if exc.param else "config") from None
 
     def run(self, ctx: JobContext, config: EpsilonConfig) -> dict[str, Any]:
         c = config.root

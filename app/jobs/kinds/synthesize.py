@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from app.jobs.context import JobContext
-from app.jobs.errors import JobBudgetError, JobConfigError, JobError, JobLost, JobShutdown, RetryableJobError
+from app.jobs.errors import JobBudgetError, JobConfigError, JobError, JobLost, JobNotFoundError, JobShutdown, RetryableJobError
 from app.jobs.registry import JobKind, register
 from app.jsonbody import JSONBody
 
@@ -89,7 +89,7 @@ def _load_parent(runtime, tenant_id: str, config: SynthesizeConfig):
     with runtime.db.session() as s:
         ds = datasets_repo.get_dataset(s, config.dataset_id, tenant_id)
         if ds is None:
-            raise JobConfigError(f"dataset {config.dataset_id!r} not found", param="config.dataset_id",
+            raise JobNotFoundError(f"dataset {config.dataset_id!r} not found", param="config.dataset_id",
                                  code="dataset_not_found")
         if ds.task != "classification":
             raise JobConfigError("synthesize makes demonstrations for classification sets", param="config.dataset_id")
