@@ -203,7 +203,7 @@ def _audits(call: Seen, cls: str, gen: str) -> tuple[list[str], str]:
         "dataset_id": gen, "epsilon": 1.0, "delta": 1e-5, "shots_per_label": 1}})
     call("POST", "/v1/audits", 429, json={"kind": "synthesize", "config": {
         "dataset_id": cls, "epsilon": 15.0, "delta": 1e-5, "shots_per_label": 1, "max_tokens": 2, "partitions": 2}})
-    call("POST", "/v1/audits", 422, json={"kind": "synthesize", "config": {
+    call("POST", "/v1/audits", 404, json={"kind": "synthesize", "config": {  # an unknown referenced set: 404
         "dataset_id": "ds_missing", "epsilon": 1.0, "delta": 1e-5, "shots_per_label": 1}})
     return ids + [syn], syn
 
