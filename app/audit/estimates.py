@@ -104,7 +104,7 @@ def _cp(k: np.ndarray, n: int | np.ndarray, level: float, upper: bool) -> np.nda
     idx = k.astype(np.int64)
     if not np.array_equal(idx, k):  # not counts: nothing to look up
         return direct(k, n, level)
-    memo = _cp_memo(int(n), float(level), upper)
+    memo = _cp_memo(n, float(level), upper)
     vals = memo[idx]
     missing = np.isnan(vals)
     if missing.any():

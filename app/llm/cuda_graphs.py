@@ -142,11 +142,14 @@ class GraphForward:
         hidden: torch.Tensor = out.last_hidden_state
         return hidden
 
+    def max_rows(self, s: int) -> int:
+        """The most rows of s tokens that one ready bucket holds (0: none)."""
+        shapes = self.opts.buckets() if not self.capture else self.buckets
+        return max((b for b, t in shapes if t >= s), default=0)
+
     def fits(self, n: int, s: int) -> bool:
         """Whether n rows of s tokens have a ready bucket (else the caller runs eagerly)."""
-        if not self.capture:
-            return pick_bucket(self.opts.buckets(), n, s) is not None
-        return pick_bucket(list(self.buckets), n, s) is not None
+        return n <= self.max_rows(s)
 
     def run(self, ids: torch.Tensor, pos: torch.Tensor, seg: torch.Tensor) -> torch.Tensor | None:
         """Hidden states (n, s, H) of ids/pos/seg (n, s) through the smallest fitting bucket; None: no bucket."""

@@ -92,12 +92,16 @@ def graph_chunks(lm: Any, lengths: Sequence[int]) -> list[list[int]] | None:
     graphs = getattr(lm, "graphs", None)
     if graphs is None or not lengths:
         return None
+    most: dict[int, int] = {}  # length -> the most rows of it one bucket holds (asked once per length)
     chunks: list[list[int]] = []
     cur: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda j: lengths[j]):  # ascending: row i is the chunk's longest
-        if not graphs.fits(1, lengths[i]):
+        cap = most.get(lengths[i])
+        if cap is None:
+            cap = most[lengths[i]] = graphs.max_rows(lengths[i])
+        if cap < 1:
             return None
-        if cur and not graphs.fits(len(cur) + 1, lengths[i]):
+        if len(cur) + 1 > cap:
             chunks.append(cur)
             cur = []
         cur.append(i)

@@ -182,6 +182,10 @@ def test_buckets_and_fallback():
     assert pick_bucket(opts.buckets(), 1, 100) == (1, 128)
     assert pick_bucket(opts.buckets(), 8, 65) is None  # over max_tokens: eager
     assert pick_bucket(opts.buckets(), 9, 10) is None
+    padded = GraphForward(None, torch.device("cpu"), 0, opts, capture=False)  # fits/max_rows agree with pick_bucket
+    assert all(padded.fits(n, s) == (pick_bucket(opts.buckets(), n, s) is not None)
+               for n in range(1, 10) for s in (1, 63, 64, 65, 100, 128, 129))
+    assert [padded.max_rows(s) for s in (1, 64, 65, 128, 129)] == [8, 8, 4, 4, 0]
     assert opts.strategy(torch.device("cpu")) == "off"  # CPU: eager only
     assert GraphOptions.from_options({}).strategy(torch.device("cuda")) == "graph"
     assert GraphOptions.from_options({"cuda_graphs": "off"}).strategy(torch.device("cuda")) == "off"
