@@ -154,6 +154,23 @@ def server_settings(database_url: str, **overrides):
     return load_settings(**base)
 
 
+def full_key(settings, tenant: str) -> str:
+    """A key of every API scope for ``tenant``, made in ``settings``' database (migrated first)."""
+    from app.api.principal import create_key
+    from app.runtime import Runtime
+    from app.store import migrate
+
+    migrate.upgrade(settings.database_url)
+    rt = Runtime.create(settings, models={})
+    try:
+        with rt.db.session() as s:
+            key, _ = create_key(s, tenant_id=tenant, name=tenant, scopes=["admin", "infer", "audit", "internals"])
+            s.commit()
+    finally:
+        rt.close()
+    return key
+
+
 @contextlib.contextmanager
 def running_app(settings, models: dict | None = None, timeout: float = 60.0):
     """A real dpicl (uvicorn thread) for these settings; yields an httpx client on its base URL."""

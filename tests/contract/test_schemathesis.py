@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SKIP_PG, LiveServer, free_port, make_database_url, server_settings
+from tests.conftest import SKIP_PG, LiveServer, free_port, full_key, make_database_url, server_settings
 
 HERE = Path(__file__).parent
 EXAMPLES = int(os.environ.get("DPICL_FUZZ_EXAMPLES", "100"))
@@ -51,23 +51,15 @@ VARIANTS = ["sqlite-open"] + ([] if SKIP_PG else ["postgres-open", "postgres-key
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def fuzz_server(request, tmp_path_factory, pg_databases, lm, embedder):
-    from app.api.auth import create_key
     from app.api.main import create_app
     from app.runtime import Runtime
-    from app.store import migrate
 
     db, mode = request.param.split("-")
     url = make_database_url(db, tmp_path_factory, pg_databases)
     settings = server_settings(url, job_runner="none", auth_mode="required" if mode == "keyed" else "open")
     headers: list[str] = []
     if mode == "keyed":
-        migrate.upgrade(url)
-        rt0 = Runtime.create(settings, models={})
-        with rt0.db.session() as s:
-            key, _ = create_key(s, tenant_id="fuzz", name="fuzz", scopes=["admin", "infer", "audit", "internals"])
-            s.commit()
-        rt0.close()
-        headers = ["--header", f"Authorization: Bearer {key}"]
+        headers = ["--header", f"Authorization: Bearer {full_key(settings, 'fuzz')}"]
     rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
     srv = LiveServer(create_app(settings, runtime=rt), free_port())
     srv.start()

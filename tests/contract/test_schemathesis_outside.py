@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import LiveServer, free_port, model_cache_dir
+from tests.conftest import LiveServer, free_port, full_key, model_cache_dir
 
 SEED = "1"
 EXAMPLES = "25"
@@ -86,16 +86,7 @@ def _fresh_server(tmp_path: Path, lm, embedder, key: bool):
                              device="cpu", dtype="float32", job_runner="none")
     headers: list[str] = []
     if key:
-        from app.api.principal import create_key
-        from app.store import migrate
-
-        migrate.upgrade(settings.database_url)
-        rt0 = Runtime.create(settings, models={})
-        with rt0.db.session() as s:
-            plain, _ = create_key(s, tenant_id="outside", name="outside", scopes=["admin", "infer", "audit", "internals"])
-            s.commit()
-        rt0.close()
-        headers = ["-H", f"Authorization: Bearer {plain}"]
+        headers = ["-H", f"Authorization: Bearer {full_key(settings, 'outside')}"]
     rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
     srv = LiveServer(create_app(settings, runtime=rt), free_port())
     srv.start()
