@@ -1,45 +1,41 @@
 """Sequential (anytime-valid) canary audits: stop as soon as the evidence decides.
 
-The fixed design (``app.audit.campaign``, ``app.audit.planner``) fixes its trials in
-advance so that the Clopper-Pearson bound holds. Here trials are drawn in batches
-of pairs (one trial with the canary, one without, on the fixed contexts C1/C0 of
-tight-auditing Section 3.2) and evidence is accumulated as e-processes -- products of
-bets that are test supermartingales under their null -- following González,
-Dulce-Rubio, Ramdas & Ribero, "Sequentially Auditing Differential Privacy"
-(NeurIPS 2025): under the null an e-process crosses 1/alpha with probability at most
-alpha at ANY stopping time (Ville's inequality), so the audit may look after every
-batch and stop when it likes.
+The fixed design (``app.audit.campaign``, ``app.audit.planner``) fixes its trials in advance so that
+the Clopper-Pearson bound holds. Here trials are drawn in pairs (one trial with the canary, one
+without, on the fixed contexts C1/C0 of tight-auditing Section 3.2) and the evidence is kept as
+e-processes (``app.audit.eprocess``), following González, Dulce-Rubio, Ramdas & Ribero,
+"Sequentially Auditing Differential Privacy" (NeurIPS 2025): under the null an e-process crosses
+1/alpha with probability at most alpha at ANY stopping time (Ville's inequality), so the audit
+looks after every batch and stops when it likes.
 
-* Violation of the claim (epsilon, delta): each pair yields the accuracy
-  X = (1[released == canary label | canary in] + 1[released != canary label | out]) / 2
-  of the fixed guess "the canary label was released". Under (epsilon, delta)-DP,
-  TPR <= e^eps FPR + delta and 1 - FPR <= e^eps (1 - TPR) + delta, so
-  E[X] <= p0 = (e^eps + delta) / (1 + e^eps) for ANY model and vote split (the
-  symmetric point of the two constraints; the González et al. black-box test
-  of membership accuracy). For two-label rnm queries the release floor
-  (``app.audit.conformance.min_release_probability``) adds: every label's release
-  frequency is >= floor under the claim, whatever the votes. The violation
-  e-process is a fixed-weight average of these test supermartingales (an average
-  of e-processes on one filtration is one), rejected at 1/alpha.
-* Pass: every required alternative (``app.audit.power.ALTERNATIVES``) is rejected.
-  Under alternative a the release probability of each trial is known given its
-  clean votes: the votes the target reports (mechanism and simulated targets,
-  white-box gateways), else the one-vote design model of tight-auditing Lemma 3.1
-  (the fixed design's assumption, stated in the verdict). A two-sided betting
-  e-process on 1[released == canary label] - mu_a rejects a at 1/alpha; where the
-  tie-break of a clean argmax matters (no noise, winner-only) both tie-breaks must
-  be rejected (the minimum of their e-values).
-* Cap: neither by the cap: inconclusive, with the e-values reached.
+* **Violation** of the claim (epsilon, delta), a fixed-weight average of, per design arm:
+  - "both right" (per pair, X = 1[canary label released | in] x 1[other label | out]): under
+    (epsilon, delta)-DP E[X] <= p0^2 for ANY model and vote split (``eprocess.max_both_right``);
+  - the pair accuracy (1[in right] + 1[out right]) / 2 <= p0 = (e^eps + delta) / (1 + e^eps);
+  - for two-label ``rnm`` queries the release floor (``conformance.min_release_probability``):
+    every label's release frequency >= floor whatever the votes, bet on per (label, hypothesis);
+  - where the target reports clean and noisy scores (white-box), the noise itself
+    (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
+* **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected: a two-sided
+  bet on 1[released == canary label] - mu_a, mu_a the release probability under the alternative
+  given the trial's clean votes (those the target reports, else the one-vote design model of
+  tight-auditing Lemma 3.1, stated in the result as ``vote_model: "assumed"``); where a clean tie
+  matters (no noise, winner-only) both tie-breaks must be rejected. White-box: averaged with the
+  noise likelihood ratio of the claim over the alternative. The arms' processes multiply (they
+  move on disjoint trials).
+* **Cap**: neither by the cap: inconclusive, with the e-values reached.
 
-Bets: online Newton step on the betting fraction (Cutkosky & Orabona 2018, as in the
-betting confidence sequences of Waudby-Smith & Ramdas 2023), clipped to [0, 0.9] of
-the largest bet that cannot ruin the bettor (B_MAX): a predictable strategy, so each
-wealth process is a test supermartingale under its null.
+Design arms: the configured design, and optionally a *probe* (``run_sequential(probe=...)``): the
+same mechanism on one partition holding every exemplar, one model call per trial, where the
+canary decides the only vote. A gross violation (no noise, a tenth of the noise) shows there within
+a few pairs; a correct or subtly broken target does not move it, so the probe runs first and is
+dropped after ``PROBE_MIN_PAIRS`` pairs unless its "both right" rate is above the claim's p0^2
+(a predictable rule: which arm draws next depends on the past only, so every process stays a
+supermartingale on the joint filtration). Its violation processes weigh ``PROBE_WEIGHT``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -47,52 +43,40 @@ from typing import Any
 
 import numpy as np
 
+from app.audit.eprocess import BettingEProcess, NoiseEvidence, max_both_right, max_pair_accuracy
+from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
 from app.audit.power import ALTERNATIVES, TIES, alternative_noise, claimed_noise, design_votes, release_probability
 
 Progress = Callable[[float, str], None]
-DEFAULT_BATCH_PAIRS = 4
+DEFAULT_BATCH_PAIRS = 1
 DEFAULT_CAP = 10_000  # trials, for trials "auto"
-_ONS = 2.0 / (2.0 - math.log(3.0))
-_LOG_MAX = 700.0
-B_MAX = 0.9
+PROBE_MIN_PAIRS = 4
+PROBE_MAX_PAIRS = 64
+PROBE_WEIGHT = 0.1
 
 
-class BettingEProcess:
-    """Wealth of a bettor against H0: E[Y_t | past, m_t] <= m_t (``side=+1``) or >= m_t (``side=-1``),
-    Y_t in [0, 1]. Payoff u = side (y - m) / r with r the most a bet can lose (m or 1 - m), so
-    u >= -1 and the factor 1 + b u > 0 for a fraction b in [0, B_MAX], B_MAX < 1: under H0 the
-    wealth is a nonnegative supermartingale (E[1 + b u] <= 1), P(sup wealth >= 1/alpha) <= alpha
-    (Ville). B_MAX near 1 lets a gross violation (every bet won) grow the wealth fastest."""
+@dataclass
+class Arm:
+    """A design the audit draws trials from: a target (its mechanism's partitions fixed), the
+    claimed noise of that design (None: no noise model), T for the design vote model."""
 
-    __slots__ = ("side", "log_wealth", "b", "a")
-
-    def __init__(self, side: int) -> None:
-        self.side, self.log_wealth, self.b, self.a = side, 0.0, 0.0, 1.0
-
-    def update(self, y: float, m: float) -> None:
-        r = max(m if self.side > 0 else 1.0 - m, 1e-3)
-        u = self.side * (y - m) / r
-        self.log_wealth = min(_LOG_MAX, self.log_wealth + math.log1p(self.b * u))
-        z = -u / (1.0 + self.b * u)  # d/db of -log(1 + b u): ONS step on the betting fraction
-        self.a += z * z
-        self.b = min(B_MAX, max(0.0, self.b - _ONS * z / self.a))
+    target: Any
+    partitions: int | None
+    noise: VotingNoise | None
+    name: str = "design"
 
     @property
-    def e(self) -> float:
-        return math.exp(self.log_wealth)
-
-
-def _mix(processes: Sequence[tuple[float, BettingEProcess]]) -> float:
-    return float(sum(w * p.e for w, p in processes))
+    def calls_per_trial(self) -> int:
+        return int(self.partitions or 1)
 
 
 @dataclass
 class SequentialResult:
     verdict: str  # violation | pass | inconclusive
     reason: str
-    trials: int  # trials drawn (model calls to the target's classify path)
+    trials: int  # trials drawn (classify calls to the target), every arm
     pairs: int
     alpha: float
     e_violation: float
@@ -101,21 +85,15 @@ class SequentialResult:
     vote_model: str  # observed | assumed
     cap: int
     p0: float  # the claim's largest pair accuracy
-    accuracy: float  # observed mean pair accuracy
+    accuracy: float  # observed mean pair accuracy (the configured design)
     seconds: float
+    prompts: int = 0  # trials x partitions, every arm: the prompts the target's model answers
+    arms: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def max_pair_accuracy(epsilon: float, delta: float) -> float:
-    """(e^eps + delta) / (1 + e^eps): the most a fixed guess can be right on a balanced pair under
-    (epsilon, delta)-DP (the symmetric point of TPR <= e^eps FPR + delta, 1 - FPR <= e^eps (1 - TPR) + delta)."""
-    if epsilon > 50:
-        return 1.0
-    return min(1.0, (math.exp(epsilon) + delta) / (1.0 + math.exp(epsilon)))
 
 
 class _Alternative:
@@ -147,16 +125,117 @@ class _Alternative:
         return min(0.5 * (up.e + down.e) for up, down in self.procs.values())
 
 
+class _ArmState:
+    """One arm's e-processes: its violation mixture, its alternatives, its white-box noise evidence."""
+
+    def __init__(self, arm: Arm, attack: Any, *, p0: float, c2: float, alternatives: Sequence[str],
+                 release_floor: bool, draws: int) -> None:
+        self.arm = arm
+        pos, k = attack.positive_index, len(attack.labels)
+        self.pos, self.k = pos, k
+        self.p0, self.c2 = p0, c2
+        noise = None if arm.noise is None else claimed_noise(arm.noise)
+        self.probe = arm.name == "probe"
+        self.acc, self.both, self.floor_both = BettingEProcess(+1), BettingEProcess(+1), BettingEProcess(+1)
+        self.floor: float | None = None
+        self.floors: dict[int, BettingEProcess] = {}
+        if release_floor and noise is not None and k == 2 and arm.partitions:
+            from app.audit.conformance import min_release_probability
+
+            self.floor = min_release_probability(noise, arm.partitions)
+            self.floors = {i: BettingEProcess(-1) for i in range(2)}
+        self.white = bool(getattr(arm.target, "white_box", False)) and noise is not None and k >= 2
+        self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
+                         if self.white and noise is not None else None)
+        self.alts = {} if noise is None else {a: _Alternative(a, noise, pos, draws) for a in alternatives}
+        self.design = None
+        if arm.partitions and noise is not None:
+            neg = attack.negative_index if attack.negative_index is not None else (1 if pos == 0 else 0)
+            self.design = design_votes(k, arm.partitions, pos, neg)
+        self.trials = self.pairs = 0
+        self.correct = self.both_right = 0.0
+        self.observed = self.assumed = False
+
+    def weights(self) -> list[tuple[str, float, Any]]:
+        """(name, fixed weight, process with ``.e``) of this arm's violation mixture; the weights sum
+        to 1. The configured design leans on the release floor (one vote of T moves: the pair
+        statistics barely move); the probe (one partition: the canary decides the vote) on the pairs."""
+        black = 0.5 if self.noise_ev is not None else 1.0
+        out: list[tuple[str, float, Any]] = []
+        if self.floors and self.probe:
+            out += [("floor_both_right", 0.8 * black, self.floor_both), ("both_right", 0.2 * black, self.both)]
+        elif self.floors:
+            out += [("both_right", 0.1 * black, self.both)]
+            out += [(f"release_floor_{i}", 0.45 * black, p) for i, p in self.floors.items()]
+        else:
+            out += [("both_right", 0.6 * black, self.both), ("accuracy", 0.4 * black, self.acc)]
+        if self.noise_ev is not None:
+            out.append(("noise", 0.5, self.noise_ev))
+        return out
+
+    def e_violation(self) -> float:
+        return float(sum(w * p.e for _, w, p in self.weights()))
+
+    def e_alternative(self, name: str) -> float:
+        e = self.alts[name].e if name in self.alts else 1.0
+        if self.noise_ev is not None:
+            e = 0.5 * (e + self.noise_ev.e_alternative(name))
+        return e
+
+    def draw_pair(self, contexts: Mapping[bool, Any], attack: Any, rng: np.random.Generator) -> None:
+        rel: dict[bool, int] = {}
+        for member in ((True, False) if rng.random() < 0.5 else (False, True)):
+            obs = self.arm.target.observe(contexts[member], attack, rng)
+            r = attack.labels.index(obs.label) if obs.label in attack.labels else -1
+            rel[member] = r
+            votes = getattr(obs, "clean_votes", None)
+            v: np.ndarray | None
+            if votes is not None:
+                self.observed = True
+                v = np.asarray(votes, dtype=float)
+            elif self.design is not None:
+                self.assumed = True
+                v = self.design[0] if member else self.design[1]
+            else:
+                v = None
+            if v is not None:
+                for a in self.alts.values():
+                    a.update(float(r == self.pos), v)
+            noisy = getattr(obs, "noisy_scores", None)
+            if self.noise_ev is not None and votes is not None and noisy is not None:
+                self.noise_ev.update(votes, noisy, r)
+            for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary
+                proc.update(float(r == i), float(self.floor or 0.0))
+        self.trials += 2
+        self.pairs += 1
+        x = 0.5 * (float(rel[True] == self.pos) + float(rel[False] != self.pos))
+        h = float(rel[True] == self.pos and rel[False] != self.pos)
+        self.correct += x
+        self.both_right += h
+        self.acc.update(x, self.p0)
+        self.both.update(h, self.c2)
+        if self.floor is not None:  # under the floor P(in right) <= 1 - floor and P(out right) <= 1 - floor
+            self.floor_both.update(h, (1.0 - self.floor) ** 2)
+
+    def summary(self) -> dict[str, Any]:
+        return {"partitions": self.arm.partitions, "trials": self.trials, "pairs": self.pairs,
+                "prompts": self.trials * self.arm.calls_per_trial, "e_violation": self.e_violation(),
+                "components": {n: p.e for n, _, p in self.weights()},
+                "both_right_rate": self.both_right / max(1, self.pairs), "white_box": self.noise_ev is not None,
+                **({"impossible": list(self.noise_ev.impossible)} if self.noise_ev is not None else {})}
+
+
 def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: Any, *, claimed_epsilon: float,
                    delta: float, noise: VotingNoise | None, partitions: int | None, alternatives: Sequence[str],
                    alpha: float, cap: int, rng: np.random.Generator, batch_pairs: int = DEFAULT_BATCH_PAIRS,
                    release_floor: bool = True, draws: int = 200_000, progress: Progress | None = None,
-                   ) -> SequentialResult:
-    """Draw pairs in batches of ``batch_pairs`` until the violation e-process or every required
-    alternative's crosses 1/alpha, or ``cap`` trials. ``noise``: the claimed noise (None: no
-    alternative can be modelled, so the audit can end violation or inconclusive only);
-    ``partitions``: T for the design vote model where the target reports no clean votes;
-    ``release_floor``: add the two-label floor test (rnm without a judge after the noise)."""
+                   probe: Arm | None = None) -> SequentialResult:
+    """Draw pairs until the violation e-process or every required alternative's crosses 1/alpha,
+    or ``cap`` trials (every arm). ``noise``: the claimed noise (None: no alternative can be
+    modelled, so the audit can end violation or inconclusive only); ``partitions``: T for the design
+    vote model where the target reports no clean votes; ``release_floor``: add the two-label floor
+    test (rnm without a judge after the noise); ``probe``: a one-partition arm drawn first (see the
+    module docstring)."""
     if not 0.0 < alpha < 1.0:
         raise ValueError("alpha must lie in (0, 1)")
     if cap < 2 or batch_pairs < 1:
@@ -165,95 +244,106 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     report = progress or (lambda _f, _m: None)
     ex = [exemplar_tuple(e) for e in exemplars]
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
-    pos, k = attack.positive_index, len(attack.labels)
+    contexts = {True: c1, False: c0}
     p0 = max_pair_accuracy(claimed_epsilon, delta)
-    acc = BettingEProcess(+1)
-    components: list[tuple[str, float, BettingEProcess]] = [("accuracy", 1.0, acc)]
-    floor = None
-    if release_floor and noise is not None and k == 2 and partitions:
-        from app.audit.conformance import min_release_probability
-
-        floor = min_release_probability(claimed_noise(noise), partitions)
-        components = [("accuracy", 1 / 3, acc)] + [(f"release_floor_{lab}", 1 / 3, BettingEProcess(-1))
-                                                   for lab in attack.labels]
-    alts = [] if noise is None else [_Alternative(a, claimed_noise(noise), pos, draws) for a in alternatives]
+    c2 = max_both_right(claimed_epsilon, delta)
+    opts: dict[str, Any] = {"p0": p0, "c2": c2, "alternatives": list(alternatives) if noise is not None else [],
+            "release_floor": release_floor, "draws": draws}
+    main = _ArmState(Arm(target, partitions, noise), attack, **opts)
+    arms = [main]
+    pr = None
+    if probe is not None and probe.noise is not None:
+        pr = _ArmState(probe, attack, **opts)
+        arms = [pr, main]
+    w_probe = PROBE_WEIGHT if pr is not None else 0.0
     notes: list[str] = []
     if noise is None and alternatives:
         notes.append("no noise model for this target: no alternative can be rejected, so no pass")
-    design = None
-    if partitions and noise is not None:
-        neg = attack.negative_index if attack.negative_index is not None else (1 if pos == 0 else 0)
-        design = design_votes(k, partitions, pos, neg)
-    observed_any, assumed_any = False, False
-    trials = pairs = 0
-    correct = 0.0
-    history: list[dict[str, float]] = []
     threshold = 1.0 / alpha
+    history: list[dict[str, float]] = []
     verdict, reason = "inconclusive", ""
 
     def e_viol() -> float:
-        return _mix([(w, p) for _, w, p in components])
+        return (1.0 - w_probe) * main.e_violation() + (w_probe * pr.e_violation() if pr is not None else 0.0)
 
-    while trials + 2 <= cap:
-        for _ in range(min(batch_pairs, (cap - trials) // 2)):
-            rel: dict[bool, int] = {}
-            for member in ((True, False) if rng.random() < 0.5 else (False, True)):
-                obs = target.observe(c1 if member else c0, attack, rng)
-                r = attack.labels.index(obs.label) if obs.label in attack.labels else -1
-                rel[member] = r
-                votes = getattr(obs, "clean_votes", None)
-                if votes is not None:
-                    observed_any = True
-                    v = np.asarray(votes, dtype=float)
-                elif design is not None:
-                    assumed_any = True
-                    v = design[0] if member else design[1]
-                else:
-                    v = None
-                if v is not None:
-                    for a in alts:
-                        a.update(float(r == pos), v)
-            trials += 2
-            pairs += 1
-            x = 0.5 * (float(rel[True] == pos) + float(rel[False] != pos))
-            correct += x
-            acc.update(x, p0)
-            if floor is not None:  # the floor holds for every trial, with or without the canary: bet on each
-                for i, (_, _, proc) in enumerate(components[1:]):
-                    proc.update(float(rel[True] == i), floor)
-                    proc.update(float(rel[False] == i), floor)
-        ev = e_viol()
-        ea = {a.name: a.e for a in alts}
-        history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
-        report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at "
+    def e_alts() -> dict[str, float]:
+        # the probe's alternatives are not counted: a few pairs on another design, mostly noise for a pass
+        return {a: main.e_alternative(a) for a in main.alts}
+
+    def trials() -> int:
+        return sum(s.trials for s in arms)
+
+    probing = pr is not None
+    while trials() + 2 <= cap:
+        if probing and pr is not None:
+            try:
+                pr.draw_pair(contexts, attack, rng)
+            except (TargetError, ValueError) as exc:
+                if pr.pairs or isinstance(exc, TargetUnavailableError):
+                    raise
+                # the target refuses the one-partition design (a prompt too long, a gateway's limit): the
+                # probe stops where it is (a stopped e-process is one) and the configured design goes on
+                notes.append(f"the one-partition probe was refused by the target ({type(exc).__name__}); "
+                             "the configured design ran alone")
+                probing = False
+                continue
+            if pr.pairs >= PROBE_MAX_PAIRS or (pr.pairs >= PROBE_MIN_PAIRS and pr.both_right / pr.pairs <= c2):
+                probing = False
+        else:
+            for _ in range(min(batch_pairs, (cap - trials()) // 2)):
+                main.draw_pair(contexts, attack, rng)
+        ev, ea = e_viol(), e_alts()
+        history.append({"trials": trials(), "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
+        report(min(0.99, trials() / cap), f"sequential: {trials()} trials, e-value {ev:.3g} (violation at "
                f"{threshold:g})")
         if ev >= threshold:
-            top = max(components, key=lambda c: c[1] * c[2].e)[0]
             verdict = "violation"
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
-                      f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; mostly {top})")
+                      f"{threshold:g} after {trials()} trials (anytime-valid at level {alpha:g}; mostly "
+                      f"{_top(arms, pr, w_probe)})")
             break
-        if alts and all(v >= threshold for v in ea.values()) and len(ea) == len(alternatives):
+        if ea and all(v >= threshold for v in ea.values()) and len(ea) == len(alternatives):
             verdict = "pass"
             reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
-                      f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items()))
+                      f"at level {alpha:g} after {trials()} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items()))
             break
-    vote_model = "observed" if observed_any and not assumed_any else "assumed"
+    observed = any(s.observed for s in arms)
+    assumed = any(s.assumed for s in arms)
+    vote_model = "observed" if observed and not assumed else "assumed"
+    ea = e_alts()
     if verdict == "inconclusive":
-        ev = e_viol()
-        ea = {a.name: a.e for a in alts}
         open_ = [n for n in alternatives if ea.get(n, 0.0) < threshold]
-        reason = (f"cap of {cap} trials reached: e-value against the claim {ev:.3g} < {threshold:g}, and "
+        reason = (f"cap of {cap} trials reached: e-value against the claim {e_viol():.3g} < {threshold:g}, and "
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
                   + " not rejected: not a pass")
-    if vote_model == "assumed" and alts:
+    impossible = [f for s in arms if s.noise_ev is not None for f in s.noise_ev.impossible]
+    if impossible:
+        notes.append("white-box: " + "; ".join(dict.fromkeys(impossible)))
+    if vote_model == "assumed" and opts["alternatives"]:
         notes.append("the alternatives' release probabilities use the one-vote design model (tight-auditing Lemma "
                      "3.1; the target reports no clean votes): a pass says the target is not the alternative as "
                      "that model predicts it")
+    if pr is not None and pr.trials:
+        notes.append(f"a one-partition probe drew {pr.trials} trials first ({pr.trials} model calls), weight "
+                     f"{w_probe:g} in the violation e-value")
     report(1.0, "sequential audit done")
-    return SequentialResult(verdict, reason, trials, pairs, alpha, e_viol(),
-                            {name: p.e for name, _, p in components}, {a.name: a.e for a in alts}, vote_model,
-                            cap, p0, correct / max(1, pairs), time.perf_counter() - t0, history[-200:], notes)
+    comps = {f"{s.arm.name}:{n}" if pr is not None else n: p.e for s in arms for n, _, p in s.weights()}
+    return SequentialResult(verdict, reason, trials(), sum(s.pairs for s in arms), alpha, e_viol(), comps, ea,
+                            vote_model, cap, p0, main.correct / max(1, main.pairs), time.perf_counter() - t0,
+                            sum(s.trials * s.arm.calls_per_trial for s in arms),
+                            {s.arm.name: s.summary() for s in arms}, history[-200:], notes)
+
+
+
+
+def _top(arms: Sequence[_ArmState], pr: _ArmState | None, w_probe: float) -> str:
+    best, name = -1.0, ""
+    for s in arms:
+        scale = w_probe if s is pr else (1.0 - w_probe)
+        for n, w, p in s.weights():
+            if scale * w * p.e > best:
+                best, name = scale * w * p.e, (f"{s.arm.name} {n}" if pr is not None else n)
+    return name
 
 
 def summarize(results: Sequence[SequentialResult]) -> Mapping[str, float]:
@@ -262,7 +352,9 @@ def summarize(results: Sequence[SequentialResult]) -> Mapping[str, float]:
     return {"violation": sum(r.verdict == "violation" for r in results) / n,
             "pass": sum(r.verdict == "pass" for r in results) / n,
             "inconclusive": sum(r.verdict == "inconclusive" for r in results) / n,
-            "mean_trials": float(np.mean([r.trials for r in results])) if results else 0.0}
+            "mean_trials": float(np.mean([r.trials for r in results])) if results else 0.0,
+            "mean_prompts": float(np.mean([r.prompts for r in results])) if results else 0.0}
 
 
-__all__ = ["ALTERNATIVES", "BettingEProcess", "SequentialResult", "max_pair_accuracy", "run_sequential", "summarize"]
+__all__ = ["ALTERNATIVES", "Arm", "BettingEProcess", "SequentialResult", "max_pair_accuracy", "run_sequential",
+           "summarize"]

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from app.audit import Canary, SimulatedVotingTarget, resolve_query, rnm_noise
+from app.audit.eprocess import max_both_right
+from app.audit.probe import probe_arm
 from app.audit.sequential import BettingEProcess, max_pair_accuracy, run_sequential
 from app.audit.targets import Observation
 
@@ -35,6 +37,22 @@ class BoundaryRR:
         present = attack.canary.exemplar() in context
         q = self.p if present else 1.0 - self.p
         return Observation(attack.labels[attack.positive_index] if rng.random() < q else attack.labels[1])
+
+
+class Seen:
+    """What a black-box auditor sees of a target: the released label, and the clean votes only where
+    ``votes`` (a gateway that reports them without its noisy scores)."""
+
+    white_box = False
+
+    def __init__(self, target, votes: bool = False) -> None:
+        self.target, self.votes, self.name = target, votes, "seen"
+        self.votes_with, self.votes_without = target.votes_with, target.votes_without
+        self.noise_model = target.noise_model
+
+    def observe(self, context, attack, rng):
+        o = self.target.observe(context, attack, rng)
+        return Observation(o.label, None, o.clean_votes if self.votes else None)
 
 
 def _limit(level: float, runs: int) -> float:
@@ -69,12 +87,16 @@ def test_boundary_mechanism_false_violation_rate_within_level():
     assert false / runs <= _limit(alpha, runs), false
 
 
-def test_correct_rnm_never_violates_beyond_level_and_mostly_passes():
+@pytest.mark.parametrize("view", ["white-box", "votes", "black-box"])
+def test_correct_rnm_never_violates_beyond_level_and_mostly_passes(view):
     """1000 audits of a correct simulated rnm (Gaussian, 4 partitions, one vote moves) with the
-    release floor in the violation e-process: false violations <= alpha; the pass comes early."""
+    release floor in the violation e-process, seen white-box (the noise evidence too), with its
+    clean votes, or by its labels alone (the design vote model): false violations <= alpha; the
+    pass comes early."""
     alpha, runs, eps, t = 0.05, 1000, 1.0, 4
     noise = rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}, 8)
-    target = SimulatedVotingTarget([1, t - 1], [0, t], noise)
+    sim = SimulatedVotingTarget([1, t - 1], [0, t], noise)
+    target = sim if view == "white-box" else Seen(sim, votes=view == "votes")
     verdicts = []
     for seed in range(runs):
         r = run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
@@ -85,10 +107,32 @@ def test_correct_rnm_never_violates_beyond_level_and_mostly_passes():
     assert verdicts.count("pass") / runs > 0.9
 
 
+def test_correct_rnm_with_the_probe_never_violates_beyond_level():
+    """The probe (one partition, the canary decides the vote: the least favourable design for its
+    pair statistics) drawn first, then the design: 1000 black-box audits of a correct rnm at epsilon 1
+    and 1000 at epsilon 2 end 'violation' at most at the level."""
+    alpha, runs, t = 0.05, 1000, 4
+    for eps in (1.0, 2.0):
+        noise = rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}, 8)
+        target = Seen(SimulatedVotingTarget([1, t - 1], [0, t], noise))
+        probe = probe_arm(target.target, 8, noise, t)
+        assert probe is not None and probe.partitions == 1
+        probe.target = Seen(probe.target)
+        false = 0
+        for seed in range(runs):
+            r = run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                               alternatives=["noise_quarter", "no_noise"], alpha=alpha, cap=200,
+                               rng=np.random.default_rng(seed), probe=probe)
+            false += r.verdict == "violation"
+        assert false / runs <= _limit(alpha, runs), (eps, false)
+
+
+@pytest.mark.parametrize("view", ["white-box", "black-box"])
 @pytest.mark.parametrize("bug", ["noise_quarter", "noise_tenth", {"noise_multiplier": 1e-9}])
-def test_broken_rnm_is_a_violation_and_reports_trials_and_e_value(bug):
+def test_broken_rnm_is_a_violation_and_reports_trials_and_e_value(bug, view):
     noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 4, "shots_per_partition": 2}, 8, bug)
-    r = run_sequential(SimulatedVotingTarget([1, 3], [0, 4], noise), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5,
+    sim = SimulatedVotingTarget([1, 3], [0, 4], noise)
+    r = run_sequential(sim if view == "white-box" else Seen(sim), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5,
                        noise=noise, partitions=4, alternatives=["noise_quarter", "no_noise"], alpha=0.05, cap=4000,
                        rng=np.random.default_rng(1))
     assert r.verdict == "violation", r.reason
@@ -99,7 +143,8 @@ def test_cap_is_inconclusive_with_what_was_reached():
     """A correct mechanism and a cap too small to reject noise_quarter: inconclusive, with the
     e-values reached."""
     noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 4, "shots_per_partition": 2}, 8)
-    r = run_sequential(SimulatedVotingTarget([1, 3], [0, 4], noise), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5,
+    r = run_sequential(Seen(SimulatedVotingTarget([1, 3], [0, 4], noise), votes=True), EX, ATTACK,
+                       claimed_epsilon=1.0, delta=1e-5,
                        noise=noise, partitions=4, alternatives=["noise_quarter"], alpha=0.05, cap=6,
                        rng=np.random.default_rng(2))
     assert r.verdict == "inconclusive" and r.trials == 6 and "cap of 6 trials" in r.reason, r.reason
@@ -115,8 +160,8 @@ def test_observed_votes_reject_no_noise_where_the_bound_never_could():
     noise = rnm_noise({"epsilon": 2.0, "delta": 1e-5, "partitions": 2, "shots_per_partition": 4}, 8)
     vw, vo = np.zeros(k), np.zeros(k)
     vw[attack.positive_index], vw[neg], vo[neg] = 1, 1, 2
-    r = run_sequential(SimulatedVotingTarget(vw, vo, noise), EX, attack, claimed_epsilon=2.0, delta=1e-5,
-                       noise=noise, partitions=2, alternatives=["no_noise"], alpha=0.05, cap=2000,
+    r = run_sequential(Seen(SimulatedVotingTarget(vw, vo, noise), votes=True), EX, attack, claimed_epsilon=2.0,
+                       delta=1e-5, noise=noise, partitions=2, alternatives=["no_noise"], alpha=0.05, cap=2000,
                        rng=np.random.default_rng(2))
     assert r.verdict == "pass" and r.vote_model == "observed" and r.trials < 200, r.reason
 
@@ -125,3 +170,104 @@ def test_max_pair_accuracy_matches_the_two_constraints():
     for eps, delta in [(0.5, 0.0), (1.0, 1e-5), (3.0, 0.01)]:
         a = max_pair_accuracy(eps, delta)
         assert a == pytest.approx(math.exp(eps) * (1 - a) + delta)  # on the boundary of 1 - FPR <= e^eps (1 - TPR) + delta
+
+
+def test_max_both_right_is_the_maximum_over_the_dp_constraints():
+    """p x a over a fine grid of (TPR, 1 - FPR) meeting both (epsilon, delta) constraints never
+    exceeds p0^2, and the grid comes within its resolution of it."""
+    g = np.linspace(0.0, 1.0, 2001)
+    p, a = np.meshgrid(g, g)
+    for eps, delta in [(0.25, 0.0), (1.0, 1e-5), (2.0, 1e-5), (3.0, 0.01)]:
+        ok = (p <= math.exp(eps) * (1 - a) + delta + 1e-12) & (a <= math.exp(eps) * (1 - p) + delta + 1e-12)
+        best = float(np.max((p * a)[ok]))
+        assert best <= max_both_right(eps, delta) + 1e-12
+        assert best >= max_both_right(eps, delta) - 2e-3
+
+
+def test_noise_log_densities_equal_scipys():
+    from scipy import stats
+
+    from app.audit.eprocess import _logpdf
+
+    z = np.linspace(-30, 30, 601)
+    for kind, law in (("gaussian", stats.norm), ("laplace", stats.laplace), ("gumbel", stats.gumbel_r)):
+        for m in (1.0, 0.5, 0.1):
+            ref = law.logpdf(z / m) - math.log(m)
+            ok = np.isfinite(ref)
+            assert np.allclose(_logpdf(kind, z, m)[ok], ref[ok], rtol=1e-12, atol=1e-9), (kind, m)
+
+
+def test_white_box_noise_evidence_is_valid_under_the_claim_and_under_each_alternative():
+    """Residuals drawn from the claimed noise: the violation mixture crosses 1/alpha in <= alpha of
+    1000 paths of 20 answers; drawn from an alternative's noise, that alternative's likelihood ratio
+    does."""
+    from app.audit.eprocess import NoiseEvidence
+    from app.audit.power import alternative_noise
+
+    alpha, runs = 0.05, 1000
+    for kind in ("gaussian", "laplace", "gumbel"):
+        claimed = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 4, "noise": kind}, 8)
+        alts = {a: alternative_noise(claimed, a) for a in ("noise_half", "noise_quarter")}
+        rng = np.random.default_rng(7)
+        for truth in (None, "noise_half", "noise_quarter"):
+            law = claimed if truth is None else alts[truth]
+            hits = 0
+            for _ in range(runs):
+                ev = NoiseEvidence(claimed, alts)
+                for _ in range(20):
+                    clean = np.array([1.0, 3.0])
+                    noisy = law.sample(clean, rng)
+                    ev.update(clean, noisy, int(np.argmax(noisy)))
+                    e = ev.e_violation if truth is None else ev.e_alternative(truth)
+                    if e >= 1 / alpha:
+                        hits += 1
+                        break
+            assert hits / runs <= _limit(alpha, runs), (kind, truth, hits)
+
+
+def test_white_box_catches_winner_only_at_once_and_passes_a_correct_target_in_a_few_trials():
+    noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 4, "shots_per_partition": 2}, 8)
+    alts = ["noise_quarter", "winner_only", "no_noise"]
+    r = run_sequential(SimulatedVotingTarget([1, 3], [0, 4], noise.with_bug("winner_only")), EX, ATTACK,
+                       claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=4, alternatives=alts, alpha=0.05,
+                       cap=2000, rng=np.random.default_rng(3))
+    assert r.verdict == "violation" and r.trials == 2 and any("got no noise" in n for n in r.notes), r.reason
+    r = run_sequential(SimulatedVotingTarget([1, 3], [0, 4], noise), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5,
+                       noise=noise, partitions=4, alternatives=alts, alpha=0.05, cap=2000,
+                       rng=np.random.default_rng(3))
+    assert r.verdict == "pass" and r.trials <= 10, r.reason
+
+
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+@pytest.mark.parametrize("bug", ["noise_tenth", {"noise_multiplier": 1e-12}])
+def test_the_probe_catches_a_gross_violation_in_a_fifth_of_the_prompts(eps, bug):
+    """Black-box, 12 exemplars, 5 partitions x 2 shots (the planner's design for this claim: 30 trials
+    at epsilon 1, 40 at epsilon 2, i.e. 150 / 200 prompts): with the probe, the mean prompts to a
+    violation over 40 seeded audits are <= a fifth of those; every audit ends 'violation'."""
+    n, t = 12, 5
+    ex = [(f"text {i}", "b") for i in range(n)]
+    attack = resolve_query("input_output", CANARY, ["a", "b"], ex, None)
+    params = {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}
+    noise = rnm_noise(params, n)
+    sim = SimulatedVotingTarget([1, t - 1], [0, t], rnm_noise(params, n, bug))
+    probe = probe_arm(sim, n, noise, t)
+    probe.target = Seen(probe.target)
+    prompts = []
+    for seed in range(40):
+        r = run_sequential(Seen(sim), ex, attack, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                           alternatives=["noise_quarter", "no_noise"], alpha=0.05, cap=2000,
+                           rng=np.random.default_rng(seed), probe=probe)
+        assert r.verdict == "violation", r.reason
+        prompts.append(r.prompts)
+    assert np.mean(prompts) <= (150 if eps == 1.0 else 200) / 5, np.mean(prompts)
+
+
+def test_probe_applies_to_rnm_designs_of_several_partitions_and_few_exemplars_only():
+    noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 4, "shots_per_partition": 2}, 8)
+    sim = SimulatedVotingTarget([1, 3], [0, 4], noise)
+    assert probe_arm(sim, 8, noise, 1) is None  # already one partition
+    assert probe_arm(sim, 64, noise, 4) is None  # more exemplars than one prompt should hold
+    assert probe_arm(sim, 8, None, 4) is None  # no noise model
+    assert probe_arm(SimulatedVotingTarget([2, 2], [2, 2], noise), 8, noise, 4) is None  # no vote moves
+    arm = probe_arm(sim, 8, noise, 4)
+    assert arm is not None and list(arm.target.votes_with) == [1, 0] and list(arm.target.votes_without) == [0, 1]

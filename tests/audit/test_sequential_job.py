@@ -60,3 +60,49 @@ def test_black_box_few_trials_still_run(client):
     r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {
         "dataset": DATASET, "target": SIM, "trials": 4, "threat_model": "black-box"}})
     assert r.status_code == 202, r.text
+
+
+GW_EXEMPLARS = [{"input": f"play some music number {i}", "output": "music"} for i in range(12)]
+
+
+def _gw_config(url: str, probe: bool) -> dict:
+    return {"target": {"type": "remote", "url": url, "mechanism": "rnm",
+                       "params": {"epsilon": 1.0, "delta": 1e-5, "partitions": 5, "shots_per_partition": 2}},
+            "dataset": {"exemplars": GW_EXEMPLARS, "labels": ["weather", "music"], "size": 12},
+            "canary": {"type": "hex", "label": "weather"}, "query": "input_output", "mode": "sequential",
+            "trials": "auto", "probe": probe, "seed": 5,
+            "power": {"alternatives": ["noise_quarter", "no_noise"]}}
+
+
+@pytest.mark.parametrize("mode,verdict", [("no_noise", "violation"), ("correct", "pass")])
+def test_black_box_gateway_probe_first_then_the_design(client, mode, verdict):
+    """An independent HTTP gateway (tests/audit/standalone_gateway.py), black-box, 5 partitions x 2
+    shots, claim 1: the one-partition probe runs first (one prompt per trial). A gateway without
+    noise is a violation within the probe's first pairs (under 40 prompts where the planner's fixed
+    design uses 150); a correct one passes on the configured design after the probe gives up."""
+    from tests.audit.standalone_gateway import StandaloneGateway
+
+    with StandaloneGateway(mode, seed=3) as gw:
+        job = submit(client, "canary_mia", _gw_config(gw.url, True), claimed_epsilon=1.0)
+        j = wait_job(client, job["id"], timeout=240)
+    assert j["status"] == "succeeded", j
+    seq = j["result"]["sequential"]
+    assert j["verdict"] == verdict == seq["verdict"], j["verdict_reason"]
+    arms = seq["arms"]
+    assert arms["probe"]["partitions"] == 1 and arms["probe"]["trials"] >= 2 and arms["design"]["partitions"] == 5
+    assert seq["prompts"] == arms["probe"]["trials"] + 5 * arms["design"]["trials"]
+    assert any("one-partition probe" in n for n in seq["notes"])
+    if verdict == "violation":
+        assert seq["prompts"] < 40 and arms["design"]["trials"] == 0, seq
+    else:
+        assert arms["probe"]["trials"] <= 16 and arms["design"]["trials"] > 0
+
+
+def test_probe_off_runs_the_configured_design_alone(client):
+    from tests.audit.standalone_gateway import StandaloneGateway
+
+    with StandaloneGateway("no_noise", seed=3) as gw:
+        job = submit(client, "canary_mia", _gw_config(gw.url, False), claimed_epsilon=1.0)
+        j = wait_job(client, job["id"], timeout=240)
+    seq = j["result"]["sequential"]
+    assert j["verdict"] == "violation" and list(seq["arms"]) == ["design"], j

@@ -126,6 +126,8 @@ class CanaryMIAConfig(JSONBody):
         default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
         "(classification rnm; generation esa, clip_softmax, poe, mozo); "
         "sequential: the cap ('auto': 10000)")
+    probe: bool = Field(default=True, description="sequential, rnm: draw a one-partition probe first (one model call "
+                        "per trial; catches gross violations in a few pairs; app.audit.probe)")
     power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
     n_sample: int = Field(default=400_000, ge=4, le=4_000_000)

@@ -49,6 +49,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
         partitions: int | None) -> dict[str, Any]:
     from app.audit.campaign import _mechanism_name, _noise
     from app.audit.power import claimed_noise
+    from app.audit.probe import probe_arm
     from app.audit.sequential import run_sequential
 
     eps_claimed, delta_claimed = target.claimed(len(exemplars))
@@ -60,11 +61,12 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     noise = _noise(target, len(exemplars))
     noise = None if noise is None else claimed_noise(noise)
     floor = _mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
+    probe = probe_arm(target, len(exemplars), noise, partitions) if config.probe else None
     with target_failures(target):
         res = run_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, noise=noise,
                              partitions=partitions, alternatives=list(config.power.alternatives),
                              alpha=1.0 - config.confidence, cap=cap(config.trials), rng=rng, release_floor=floor,
-                             progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m))
+                             progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m), probe=probe)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     return {"mode": "sequential", "target": target.name, "attack": attack.to_dict(), "epsilon": None,
             "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,

@@ -1,0 +1,171 @@
+"""E-processes for the sequential audits (``app.audit.sequential``): bettors, and likelihood ratios
+of the white-box noise.
+
+Every process here is a nonnegative supermartingale under its null with initial value 1, so by
+Ville's inequality P(sup_t E_t >= 1/alpha) <= alpha (González, Dulce-Rubio, Ramdas & Ribero,
+"Sequentially Auditing Differential Privacy", NeurIPS 2025, Section 3: e-values and test
+supermartingales). A fixed-weight average of processes on one filtration is one; so is a product
+of processes that move on disjoint steps (each step's factor has conditional mean <= 1).
+
+* :class:`BettingEProcess`: a bettor against a bound on a mean, E[Y_t | past] <= m_t (or >= m_t).
+* :class:`NoiseEvidence`: where the target reports each answer's clean and noisy scores, the
+  residuals ``noisy - clean`` of a correct report-noisy-max are i.i.d. draws of the claimed noise
+  (``app.audit.conformance``, the fixed design's version). Sequentially: (a) against the claim, a
+  mixture of likelihood ratios of the noise scaled down (x 1/2, 1/4, 1/10) over the claimed law,
+  plus the events a continuous noise gives probability 0 (an exact zero residual, a release that
+  is not the argmax of the reported scores); (b) against each alternative of
+  ``app.audit.power.ALTERNATIVES``, the likelihood ratio of the claimed law over the alternative's
+  (a simple null: a martingale under it), or, where the alternative puts no noise on a score that
+  the observation shows noisy, an event of probability 0 under it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.audit.noise import VotingNoise
+
+_ONS = 2.0 / (2.0 - math.log(3.0))
+_LOG_MAX = 700.0
+B_MAX = 0.95
+INF_LOG = _LOG_MAX  # the log e-value of an event of probability 0 under the null (e = e^700)
+SCALE_DOWN = (0.5, 0.25, 0.1)  # the violation mixture's scaled-down noises
+_LAWS = ("gaussian", "laplace", "gumbel")
+
+
+class BettingEProcess:
+    """Wealth of a bettor against H0: E[Y_t | past, m_t] <= m_t (``side=+1``) or >= m_t (``side=-1``),
+    Y_t in [0, 1]. Payoff u = side (y - m) / r with r the most a bet can lose (m or 1 - m), so
+    u >= -1 and the factor 1 + b u > 0 for a fraction b in [0, B_MAX], B_MAX < 1: under H0 the
+    wealth is a nonnegative supermartingale (E[1 + b u] <= 1), P(sup wealth >= 1/alpha) <= alpha
+    (Ville). The fraction follows the online Newton step (Cutkosky & Orabona 2018, as in
+    Waudby-Smith & Ramdas 2023's betting confidence sequences): predictable, so the wealth stays a
+    test supermartingale. B_MAX near 1 lets a gross violation (every bet won) grow it fastest."""
+
+    __slots__ = ("side", "log_wealth", "b", "a")
+
+    def __init__(self, side: int) -> None:
+        self.side, self.log_wealth, self.b, self.a = side, 0.0, 0.0, 1.0
+
+    def update(self, y: float, m: float) -> None:
+        r = max(m if self.side > 0 else 1.0 - m, 1e-3)
+        u = self.side * (y - m) / r
+        self.log_wealth = min(_LOG_MAX, self.log_wealth + math.log1p(self.b * u))
+        z = -u / (1.0 + self.b * u)  # d/db of -log(1 + b u): ONS step on the betting fraction
+        self.a += z * z
+        self.b = min(B_MAX, max(0.0, self.b - _ONS * z / self.a))
+
+    @property
+    def e(self) -> float:
+        return math.exp(self.log_wealth)
+
+
+def max_pair_accuracy(epsilon: float, delta: float) -> float:
+    """(e^eps + delta) / (1 + e^eps): the most a fixed guess can be right on a balanced pair under
+    (epsilon, delta)-DP (the symmetric point of TPR <= e^eps FPR + delta, 1 - FPR <= e^eps (1 - TPR) + delta)."""
+    if epsilon > 50:
+        return 1.0
+    return min(1.0, (math.exp(epsilon) + delta) / (1.0 + math.exp(epsilon)))
+
+
+def max_both_right(epsilon: float, delta: float) -> float:
+    """The most P(released canary label | in) x P(other label | out) can be under (epsilon, delta)-DP:
+    p0^2, p0 = ``max_pair_accuracy``. With p = TPR and a = 1 - FPR the DP constraints are
+    p <= e^eps (1 - a) + delta and a <= e^eps (1 - p) + delta: a convex set symmetric in (p, a), and
+    p a is quasi-concave, so its maximum is at a symmetric point, p = a = p0. On a pair (one trial
+    in, one out, independent given the contexts) the indicator "both right" then has mean <= p0^2:
+    a bettor on it gains ln(1/p0^2) per pair against a noise-free target, twice the pair accuracy's
+    ln(1/p0) (and the most any test can: the point (p0, 1 - p0) is in the null)."""
+    return max_pair_accuracy(epsilon, delta) ** 2
+
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _logpdf(kind: str, z: np.ndarray, scale: float) -> np.ndarray:
+    """log density of ``scale`` x the claimed standard law at z (z in units of the claimed scale):
+    N(0, 1), Laplace(0, 1), Gumbel(0, 1) (scipy's norm, laplace, gumbel_r; closed forms for speed,
+    tested against scipy)."""
+    x = z / scale
+    if kind == "gaussian":
+        out = -0.5 * x * x - _LOG_SQRT_2PI
+    elif kind == "laplace":
+        out = -np.abs(x) - math.log(2.0)
+    elif kind == "gumbel":
+        out = -(x + np.exp(-np.clip(x, -700.0, None)))
+    else:
+        raise ValueError(f"unknown noise {kind!r}")
+    return out - math.log(scale)
+
+
+class NoiseEvidence:
+    """White-box e-processes over reported (clean, noisy) score vectors (see the module docstring).
+
+    ``claimed``: the claim's noise; ``alternatives``: name -> the alternative's noise (its
+    ``noise_multiplier`` and ``winner_only``). Each update is one answer. Log e-values are capped at
+    700 (an event of probability 0 under the null reaches the cap at once)."""
+
+    def __init__(self, claimed: VotingNoise, alternatives: dict[str, VotingNoise]) -> None:
+        if claimed.kind not in _LAWS:
+            raise ValueError(f"unknown noise {claimed.kind!r}")
+        self.kind, self.scale = claimed.kind, float(claimed.scale)
+        self.alternatives = alternatives
+        self.log_down = np.zeros(len(SCALE_DOWN))  # one likelihood ratio per scaled-down noise
+        self.impossible: list[str] = []  # findings of probability 0 under the claim
+        self.log_alt = {name: 0.0 for name in alternatives}
+        self.residuals = 0
+
+    def update(self, clean: Sequence[float], noisy: Sequence[float], released: int | None) -> None:
+        c = np.asarray(clean, dtype=float)
+        y = np.asarray(noisy, dtype=float)
+        if c.shape != y.shape or c.ndim != 1 or c.size < 2:
+            raise ValueError("clean and noisy scores must be 1-d of the same length >= 2")
+        r = y - c
+        zero = np.abs(r) <= 1e-12 * np.maximum(1.0, np.abs(c))
+        self.residuals += int(c.size)
+        if released is not None and released >= 0 and released != int(np.argmax(y)):
+            self._impossible("a released label is not the argmax of the reported noisy scores")
+        if zero.any():
+            self._impossible("a score got no noise (a continuous noise is never exactly 0): noise missing on "
+                             "some labels (e.g. winner-only) or everywhere")
+        z = r[~zero] / self.scale
+        if z.size:
+            base = _logpdf(self.kind, z, 1.0)
+            for i, m in enumerate(SCALE_DOWN):
+                self.log_down[i] = min(INF_LOG, self.log_down[i] + float(np.sum(_logpdf(self.kind, z, m) - base)))
+        noisy_labels = int(np.count_nonzero(~zero))
+        for name, alt in self.alternatives.items():
+            m = float(alt.noise_multiplier)
+            if m == 0.0 or (alt.winner_only and noisy_labels >= 2):
+                # the alternative leaves these scores without noise: what was seen has probability 0 under it
+                if noisy_labels >= (2 if alt.winner_only else 1):
+                    self.log_alt[name] = INF_LOG
+                continue
+            if z.size and m != 1.0:
+                lr = float(np.sum(_logpdf(self.kind, z, 1.0) - _logpdf(self.kind, z, m)))
+                self.log_alt[name] = min(INF_LOG, self.log_alt[name] + lr)
+
+    def _impossible(self, finding: str) -> None:
+        if finding not in self.impossible:
+            self.impossible.append(finding)
+
+    @property
+    def e_violation(self) -> float:
+        """Against the claim: e^700 after an event of probability 0 under it, else the mean of the
+        scaled-down likelihood ratios."""
+        if self.impossible:
+            return math.exp(INF_LOG)
+        return float(np.mean(np.exp(self.log_down)))
+
+    @property
+    def e(self) -> float:
+        return self.e_violation
+
+    def e_alternative(self, name: str) -> float:
+        return math.exp(self.log_alt[name])
+
+
+__all__ = ["B_MAX", "BettingEProcess", "NoiseEvidence", "SCALE_DOWN", "max_both_right", "max_pair_accuracy"]

@@ -1,0 +1,62 @@
+"""The sequential audit's one-partition probe (``app.audit.sequential``, design arms).
+
+With T partitions the canary moves one vote of T, so a gross violation (no noise, a tenth of the
+noise) moves the released label only where the other T - 1 votes are split: the configured design
+sees it through the release floor, a few bits per T model calls. On one partition holding every
+exemplar the canary decides the only vote (tight-auditing Lemma 3.1 with T = 1): a target without
+enough noise then releases the canary's label with the canary and the other label without it, which
+the "both right" pair statistic detects within a few pairs, one model call per trial. The probe is
+the same mechanism, claim and noise (``rnm``'s noise does not depend on T), on that design.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from app.audit.noise import VotingNoise
+from app.audit.sequential import Arm
+
+PROBE_MAX_SHOTS = 32  # one partition holds every exemplar of the audit's dataset: a prompt of this many shots
+
+
+def probe_arm(target: Any, n_exemplars: int, noise: VotingNoise | None, partitions: int | None) -> Arm | None:
+    """The one-partition probe of ``target``, or None where it does not apply: no noise model, a
+    design already on one partition, more than ``PROBE_MAX_SHOTS`` exemplars, a mechanism other
+    than rnm, a defence (a judge after the noise changes the release law)."""
+    from app.audit.campaign import _noise
+    from app.audit.targets import MechanismTarget, RemoteTarget, SimulatedVotingTarget
+
+    if noise is None or not partitions or partitions <= 1 or not 1 <= n_exemplars <= PROBE_MAX_SHOTS:
+        return None
+    one = {"partitions": 1, "shots_per_partition": n_exemplars}
+    probe: Any
+    if isinstance(target, SimulatedVotingTarget):
+        up = np.flatnonzero(target.votes_with > target.votes_without)
+        down = np.flatnonzero(target.votes_without > target.votes_with)
+        if up.size != 1 or down.size != 1:
+            return None  # not the one-vote design: no one-partition analogue
+        vw, vo = np.zeros(target.votes_with.size), np.zeros(target.votes_with.size)
+        vw[up[0]], vo[down[0]] = 1.0, 1.0
+        probe = SimulatedVotingTarget(list(vw), list(vo), target.noise_model)
+        return Arm(probe, 1, noise, "probe")
+    if isinstance(target, MechanismTarget):
+        if target.base_name != "rnm" or target.defence != "none":
+            return None
+        probe = MechanismTarget(target.lm, "rnm", {**target.params, **one}, target.template, bug=target.bug)
+    elif isinstance(target, RemoteTarget):
+        if target.mechanism != "rnm":
+            return None
+        # the same connection and registered contexts; only the classify call's partitions differ
+        probe = dataclasses.replace(target, params={**target.params, **one})
+    else:
+        return None
+    probe_noise = _noise(probe, n_exemplars)
+    if probe_noise is None or probe_noise.kind != noise.kind:
+        return None
+    return Arm(probe, 1, probe_noise, "probe")
+
+
+__all__ = ["PROBE_MAX_SHOTS", "probe_arm"]
