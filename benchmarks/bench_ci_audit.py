@@ -3,6 +3,7 @@
     python benchmarks/bench_ci_audit.py                   # claim epsilon 1, detect noise x 1/4 with P >= 0.9
     python benchmarks/bench_ci_audit.py --epsilon 2 --json
     python benchmarks/bench_ci_audit.py --compare --json  # fixed design vs sequential (issue 28)
+    python benchmarks/bench_ci_audit.py --compare --inprocess  # the same on in-process rnm, bundled SmolLM2
 
 Target (issue 14): a CI audit that detects sigma/4 at claimed epsilon 1 with probability >= 0.9
 finishes in under 5 minutes on the 2-core machine against a fast gateway. The gateway is
@@ -50,15 +51,22 @@ def main() -> None:
                     "verdicts (benchmarks/ci_sequential_compare.py)")
     ap.add_argument("--sim-reps", type=int, default=200)
     ap.add_argument("--gateway-reps", type=int, default=3)
+    ap.add_argument("--inprocess", action="store_true", help="with --compare: in-process rnm on the bundled "
+                    "SmolLM2 instead of the simulated and gateway targets")
     a = ap.parse_args()
     if a.compare:
         import torch
 
         torch.set_num_threads(1)
-        from benchmarks.ci_sequential_compare import compare
+        from benchmarks.ci_sequential_compare import compare, inprocess
 
         t0 = time.perf_counter()
-        res = compare(sim_reps=a.sim_reps, gw_reps=a.gateway_reps)
+        if a.inprocess:
+            from benchmarks.bench_audit import load_lm
+
+            res = inprocess(load_lm(1))
+        else:
+            res = compare(sim_reps=a.sim_reps, gw_reps=a.gateway_reps)
         res["seconds"] = time.perf_counter() - t0
         print(json.dumps(res, indent=2))
         return

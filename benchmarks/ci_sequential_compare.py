@@ -5,9 +5,12 @@ Model calls = classify calls x partitions (the prompts the target's model answer
 Run through ``python benchmarks/bench_ci_audit.py --compare`` (see there). Library level, one
 process: the fixed design is the planner's recommended design (``app.audit.planner``) run by
 ``run_campaign`` with the verdict of the canary_mia job; the sequential audit is
-``app.audit.sequential.run_sequential`` on the same design. Targets: simulated voting (the
-audited noise code, many repetitions) and the independent HTTP gateway of
-``tests/audit/standalone_gateway.py`` (a few repetitions). Model calls = classify calls to the target.
+``app.audit.sequential.run_sequential`` on the same design, alone ("sequential_T<T>") and with the
+one-partition probe drawn first ("sequential_T<T>+probe", the job's default: ``app.audit.probe``).
+Targets: simulated voting (the audited noise code, many repetitions) seen white-box (its clean
+and noisy scores: the noise evidence) and black-box (the released label only: ``BlackBox``), and
+the independent HTTP gateway of ``tests/audit/standalone_gateway.py``, black-box (a few
+repetitions). Model calls = prompts = classify calls x partitions.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import numpy as np
 from app.audit import Canary, CampaignConfig, RemoteTarget, SimulatedVotingTarget, resolve_query, rnm_noise, run_campaign
 from app.audit.campaign import assess_power
 from app.audit.planner import plan_audit
+from app.audit.probe import probe_arm
 from app.audit.sequential import run_sequential
+from app.audit.targets import Observation
 from app.jobs.kinds.canary_mia import CanaryMIAKind
 from tests.audit.standalone_gateway import StandaloneGateway
 
@@ -33,6 +38,22 @@ CAP = 2000  # sequential cap (trials); the job's "auto" is 10000
 SIM_MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth",
              "winner_only": "winner_only", "no_noise": {"noise_multiplier": 1e-12}}
 GW_MODES = ("correct", "sigma_quarter", "winner_only", "no_noise")
+
+
+class BlackBox:
+    """A simulated target seen black-box: the released label only (no votes, no noisy scores)."""
+
+    white_box = False
+
+    def __init__(self, target: Any) -> None:
+        self._t = target
+        self.name = f"black-box:{target.name}"
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self._t, key)
+
+    def observe(self, context: Any, attack: Any, rng: np.random.Generator) -> Observation:
+        return Observation(self._t.observe(context, attack, rng).label)
 
 
 def _params(eps: float, t: int) -> dict[str, Any]:
@@ -57,11 +78,14 @@ def _fixed(target: Any, attack: Any, eps: float, trials: int, seed: int) -> tupl
     return str(v), res.model_calls, out.get("verdict_reason", "")
 
 
-def _seq(target: Any, attack: Any, eps: float, t: int, seed: int) -> tuple[str, int, str, float]:
-    r = run_sequential(target, EXEMPLARS, attack, claimed_epsilon=eps, delta=1e-5,
-                       noise=rnm_noise(_params(eps, t), N), partitions=t, alternatives=ALTS, alpha=0.05,
-                       cap=CAP, rng=np.random.default_rng(seed))
-    return r.verdict, r.trials, r.reason, r.e_violation
+def _seq(target: Any, attack: Any, eps: float, t: int, seed: int, probe: bool) -> tuple[str, int, str, float]:
+    noise = rnm_noise(_params(eps, t), N)
+    arm = probe_arm(getattr(target, "_t", target), N, noise, t) if probe else None
+    if arm is not None and isinstance(target, BlackBox):
+        arm.target = BlackBox(arm.target)
+    r = run_sequential(target, EXEMPLARS, attack, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                       alternatives=ALTS, alpha=0.05, cap=CAP, rng=np.random.default_rng(seed), probe=arm)
+    return r.verdict, r.prompts, r.reason, r.e_violation
 
 
 def _row(runs: list[tuple[str, int, float]]) -> dict[str, Any]:
@@ -81,37 +105,79 @@ def compare(epsilons: tuple[float, ...] = (1.0, 2.0), sim_reps: int = 200, gw_re
                                             "trials": trials, "predicted_detection": rec["detection"]}}
         if attack.positive_index != 0:
             raise RuntimeError("the simulated votes put the canary label first")
-        # the sequential audit on the fixed design's partitions, and on one partition (a call per trial)
-        runs = (("fixed", t), (f"sequential_T{t}", t), ("sequential_T1", 1))
-        for mode, bug in SIM_MODES.items():
-            acc: dict[str, list[tuple[str, int, float]]] = {name: [] for name, _ in runs}
-            for s in range(sim_reps):
-                for name, tt in runs:
-                    nz = rnm_noise(_params(eps, tt), N).with_bug(bug)
-                    target = SimulatedVotingTarget([1.0, tt - 1.0], [0.0, float(tt)], nz)  # weather 0, music 1
-                    t0 = time.perf_counter()
-                    if name == "fixed":
-                        v, calls, _ = _fixed(target, attack, eps, trials, s)
-                    else:
-                        v, calls, _, _ = _seq(target, attack, eps, tt, s)
-                    acc[name].append((v, calls * tt, time.perf_counter() - t0))
-            block[f"simulated/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
+        # the sequential audit on the fixed design's partitions, alone and with the probe first
+        runs = (("fixed", False), (f"sequential_T{t}", False), (f"sequential_T{t}+probe", True))
+        for view in ("white-box", "black-box"):
+            for mode, bug in SIM_MODES.items():
+                acc: dict[str, list[tuple[str, int, float]]] = {name: [] for name, _ in runs}
+                for s in range(sim_reps):
+                    for name, probe in runs:
+                        nz = rnm_noise(_params(eps, t), N).with_bug(bug)
+                        sim: Any = SimulatedVotingTarget([1.0, t - 1.0], [0.0, float(t)], nz)  # weather 0, music 1
+                        target = sim if view == "white-box" else BlackBox(sim)
+                        t0 = time.perf_counter()
+                        if name == "fixed":
+                            v, calls, _ = _fixed(target, attack, eps, trials, s)
+                            calls *= t
+                        else:
+                            v, calls, _, _ = _seq(target, attack, eps, t, s, probe)
+                        acc[name].append((v, calls, time.perf_counter() - t0))
+                block[f"simulated {view}/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
         for mode in GW_MODES:
             acc = {name: [] for name, _ in runs}
             for s in range(gw_reps):
-                for name, tt in runs:
+                for name, probe in runs:
                     with StandaloneGateway(mode, seed=100 + s) as gw:
-                        target = RemoteTarget(gw.url, "rnm", _params(eps, tt), {})
+                        target = RemoteTarget(gw.url, "rnm", _params(eps, t), {})
                         t0 = time.perf_counter()
                         try:
                             if name == "fixed":
                                 v, _, _ = _fixed(target, attack, eps, trials, s)
                             else:
-                                v, _, _, _ = _seq(target, attack, eps, tt, s)
+                                v, _, _, _ = _seq(target, attack, eps, t, s, probe)
                         finally:
                             target.close()
-                        calls = gw.requests - len(target.datasets)  # classify calls (dataset uploads aside)
-                        acc[name].append((v, calls * tt, time.perf_counter() - t0))
-            block[f"gateway/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
+                        prompts = gw.prompts  # classify calls x their partitions, counted by the gateway
+                        acc[name].append((v, prompts, time.perf_counter() - t0))
+            block[f"gateway black-box/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
+        out[f"epsilon={eps:g}"] = block
+    return out
+
+
+IN_MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth",
+            "winner_only": "winner_only", "no_noise": {"noise_multiplier": 1e-12}}
+
+
+def inprocess(lm: Any, epsilons: tuple[float, ...] = (1.0, 2.0), reps: int = 1,
+              black_box_modes: tuple[str, ...] = ("correct", "no_noise")) -> dict[str, Any]:
+    """The real bundled model behind in-process ``rnm`` (``MechanismTarget``; bugs through
+    ``BrokenVoting``): the fixed planned design vs the sequential audit with its probe. White-box
+    (the auditor runs the mechanism: clean votes and noisy scores observed) for every mode;
+    black-box for ``black_box_modes``. Model calls = prompts (classify calls x partitions)."""
+    from app.audit import MechanismTarget
+
+    attack = resolve_query("input_output", CANARY, ["weather", "music"], EXEMPLARS, None)
+    out: dict[str, Any] = {}
+    for eps in epsilons:
+        rec = plan(eps)
+        t, trials = rec["partitions"], rec["trials"]
+        block: dict[str, Any] = {"design": {"partitions": t, "trials": trials}}
+        for view in ("white-box", "black-box"):
+            for mode, bug in IN_MODES.items():
+                if view == "black-box" and mode not in black_box_modes:
+                    continue
+                acc: dict[str, list[tuple[str, int, float]]] = {"fixed": [], f"sequential_T{t}+probe": []}
+                for s in range(reps):
+                    for name in acc:
+                        mt = MechanismTarget(lm, "rnm", _params(eps, t), {}, bug=bug)
+                        target: Any = mt if view == "white-box" else BlackBox(mt)
+                        t0 = time.perf_counter()
+                        if name == "fixed":
+                            v, calls, _ = _fixed(target, attack, eps, trials, s)
+                            calls *= t
+                        else:
+                            v, calls, _, _ = _seq(target, attack, eps, t, s, True)
+                        acc[name].append((v, calls, time.perf_counter() - t0))
+                block[f"in-process rnm {view}/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
         out[f"epsilon={eps:g}"] = block
     return out

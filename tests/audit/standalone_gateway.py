@@ -47,6 +47,7 @@ class StandaloneGateway:
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
         self.requests = 0
+        self.prompts = 0
         gw = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -91,6 +92,7 @@ class StandaloneGateway:
         ex = [(e["input"], e["output"]) for e in ds["exemplars"]]
         eps, delta = float(body["epsilon"]), float(body["delta"])
         parts = int(body.get("partitions") or 4)
+        self.prompts += parts  # the prompts a model behind a real gateway would answer
         shots = int(body.get("shots_per_partition") or max(1, len(ex) // parts))
         order = self.rng.permutation(len(ex))[: parts * shots]
         votes = np.zeros(len(labels))

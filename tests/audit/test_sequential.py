@@ -271,3 +271,29 @@ def test_probe_applies_to_rnm_designs_of_several_partitions_and_few_exemplars_on
     assert probe_arm(SimulatedVotingTarget([2, 2], [2, 2], noise), 8, noise, 4) is None  # no vote moves
     arm = probe_arm(sim, 8, noise, 4)
     assert arm is not None and list(arm.target.votes_with) == [1, 0] and list(arm.target.votes_without) == [0, 1]
+
+
+@pytest.mark.parametrize("view", ["white-box", "black-box"])
+@pytest.mark.parametrize("alternative", ["noise_quarter", "no_noise"])
+def test_a_target_that_is_the_alternative_passes_at_most_at_the_level(alternative, view):
+    """The pass verdict's type-I error: 1000 audits of a target that IS a required alternative
+    (its noise x 1/4, or none; one vote moves, as the design model says), each looking after every
+    pair up to 200 trials, with the probe: 'pass' in at most alpha (+ 3 binomial sd) of them."""
+    from app.audit.power import ALTERNATIVES
+
+    alpha, runs, t, eps = 0.05, 1000, 4, 1.0
+    params = {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}
+    noise = rnm_noise(params, 8)
+    bug = {k: (v if v > 0 else 1e-300) if k == "noise_multiplier" else v for k, v in ALTERNATIVES[alternative].items()}
+    sim = SimulatedVotingTarget([1, t - 1], [0, t], rnm_noise(params, 8, bug))
+    target = sim if view == "white-box" else Seen(sim)
+    probe = probe_arm(sim, 8, noise, t)
+    if view == "black-box":
+        probe.target = Seen(probe.target)
+    passes = 0
+    for seed in range(runs):
+        r = run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                           alternatives=[alternative], alpha=alpha, cap=200, rng=np.random.default_rng(seed),
+                           probe=probe)
+        passes += r.verdict == "pass"
+    assert passes / runs <= _limit(alpha, runs), passes
