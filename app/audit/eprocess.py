@@ -47,8 +47,10 @@ class BettingEProcess:
 
     __slots__ = ("side", "log_wealth", "b", "a")
 
-    def __init__(self, side: int) -> None:
-        self.side, self.log_wealth, self.b, self.a = side, 0.0, 0.0, 1.0
+    def __init__(self, side: int, b0: float = 0.0) -> None:
+        if not 0.0 <= b0 <= B_MAX:
+            raise ValueError(f"the first bet must lie in [0, {B_MAX}]")
+        self.side, self.log_wealth, self.b, self.a = side, 0.0, float(b0), 1.0
 
     def update(self, y: float, m: float) -> None:
         r = max(m if self.side > 0 else 1.0 - m, 1e-3)

@@ -55,6 +55,7 @@ DEFAULT_CAP = 10_000  # trials, for trials "auto"
 PROBE_MIN_PAIRS = 4
 PROBE_MAX_PAIRS = 64
 PROBE_WEIGHT = 0.1
+FIRST_BET = 0.6  # the violation bettors' first fraction (then ONS): predictable, so any value in [0, B_MAX] is valid
 
 
 @dataclass
@@ -136,14 +137,14 @@ class _ArmState:
         self.p0, self.c2 = p0, c2
         noise = None if arm.noise is None else claimed_noise(arm.noise)
         self.probe = arm.name == "probe"
-        self.acc, self.both, self.floor_both = BettingEProcess(+1), BettingEProcess(+1), BettingEProcess(+1)
+        self.acc, self.both, self.floor_both = (BettingEProcess(+1, FIRST_BET) for _ in range(3))
         self.floor: float | None = None
         self.floors: dict[int, BettingEProcess] = {}
         if release_floor and noise is not None and k == 2 and arm.partitions:
             from app.audit.conformance import min_release_probability
 
             self.floor = min_release_probability(noise, arm.partitions)
-            self.floors = {i: BettingEProcess(-1) for i in range(2)}
+            self.floors = {i: BettingEProcess(-1, FIRST_BET) for i in range(2)}
         self.white = bool(getattr(arm.target, "white_box", False)) and noise is not None and k >= 2
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
                          if self.white and noise is not None else None)
