@@ -13,232 +13,37 @@ Artifacts: ``trials.csv``, ``estimates.csv``, ``roc.png`` and ``histogram.png``
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
-import math
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import ConfigDict, Field, model_validator
-
-from app.jsonbody import JSONBody
 
 from app.jobs.context import JobContext
 from app.jobs import egress, secrets
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.registry import JobKind, Verdict, epsilon_verdict, register
 
+from app.jobs.kinds.canary_config import (  # noqa: F401 (re-exported: the config lives there)
+    CanaryConfig,
+    CanaryMIAConfig,
+    DatasetConfig,
+    PowerConfig,
+    TargetConfig,
+)
+from app.jobs.kinds import canary_synth
+from app.jobs.kinds.canary_data import (  # noqa: F401
+    GENERATION_TEMPLATE,
+    SYNTH_PARAMS,
+    _dataset,
+    _generation_dataset,
+    _pick,
+    _query_labels,
+    _rarest_label,
+    _rows_csv,
+    _served,
+)
+
 log = logging.getLogger("dpicl.jobs.canary_mia")
-
-
-class TargetConfig(secrets.TargetCredentials):
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["mechanism", "remote", "simulated"] = "mechanism"
-    mechanism: str | None = Field(default=None, description="classification: rnm (default) | poe | icl | zero_shot; "
-                                  "generation: esa (default) | ksa | clip_softmax | poe | zero_shot | full_context")
-    params: dict[str, Any] = Field(default_factory=dict, description="epsilon, delta, partitions, shots_per_partition...")
-    model: str | None = Field(default=None, description="a model this worker serves (mechanism targets)")
-    embedder: str | None = Field(default=None, description="generation: the embedder model (the mechanism's and "
-                                 "the auditor's; default: the first this worker serves)")
-    bug: str | dict[str, Any] | None = Field(default=None, description="rnm, poe: noise_quarter | noise_tenth | "
-                                             "winner_only | {noise_multiplier, winner_only} (to show it is caught; "
-                                             "poe: noise_quarter = lambda x4)")
-    defence: Literal["none", "L0", "L1", "L2", "L3"] = Field(
-        default="none", description="mechanism targets: heuristic defence (ContextLeak 4.1, App. B): L1/L2 system "
-        "prompts, L3 = L2 + LLM judge that refuses on 'Attack' (direct mode only)")
-    url: str | None = Field(default=None, description="remote: the gateway's base URL")
-    white_box: bool = Field(default=False, description="remote: ask for internals")
-    seeded: bool = Field(default=False, description="remote: send a noise seed per trial")
-    retries: int = Field(default=3, ge=0, le=10, description="remote: retries of a connection error, timeout or "
-                         "5xx answer, with exponential back-off; then the job fails with target_unavailable")
-    retry_backoff_seconds: float = Field(default=0.25, gt=0, le=60, description="remote: wait before the first "
-                                         "retry, doubled before each next one (at most 8 s, or this if larger)")
-    timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="remote: per-request timeout "
-                                          "(default 300 s classification, 600 s generation)")
-    votes_with: list[float] | None = Field(default=None, description="simulated: clean votes with the canary")
-    votes_without: list[float] | None = None
-
-    @model_validator(mode="after")
-    def _shape(self) -> TargetConfig:
-        if self.type == "remote" and not self.url:
-            raise ValueError("url: required for a remote target")
-        if (self.votes_with is None) != (self.votes_without is None):
-            raise ValueError("votes_with and votes_without go together")
-        return self
-
-
-class DatasetConfig(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-
-    bundled: str | None = Field(default=None, description="a bundled task (default: the first bundled one)")
-    size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
-    exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
-    labels: list[str] | None = None
-    template: dict[str, Any] | None = None
-    heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
-
-
-class CanaryConfig(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["hex", "unigram", "false_fact", "heldout"] = "hex"
-    label: str | None = Field(default=None, description="the canary's label (default: the rarest task label)")
-    text: str | None = Field(default=None, description="a fixed canary text instead of a generated one")
-
-
-class PowerConfig(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-
-    alternatives: list[Literal["noise_half", "noise_quarter", "noise_tenth", "winner_only", "no_noise",
-                               "non_private"]] | None = Field(
-        default=None, min_length=1,
-        description="broken implementations the audit must be able to detect for a 'pass' (app.audit.power; "
-        "generation: app.audit.gen_power). Default: classification noise_quarter, no_noise; generation "
-        "noise_tenth, no_noise, non_private. winner_only is classification only, noise_tenth and non_private "
-        "generation only")
-    min_detection: float = Field(default=0.9, gt=0, lt=1, description="required P(detect) of each alternative")
-
-
-class CanaryMIAConfig(JSONBody):
-    model_config = ConfigDict(extra="forbid")
-
-    target: TargetConfig = Field(default_factory=TargetConfig)
-    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
-    canary: CanaryConfig = Field(default_factory=CanaryConfig)
-    task: Literal["classification", "generation", "synthesize"] = Field(
-        default="classification", description="generation: esa/ksa/clip_softmax/poe/zero_shot/full_context targets, "
-        "answers decided by signal texts (tight-auditing 3.4) or the repeat attack; synthesize: the DP synthesizer "
-        "(target.params: epsilon, delta, shots_per_label, max_tokens, partitions, shots_per_partition, "
-        "public_top_k, adjacency); the attack reads the synthetic set (app.audit.synthesis)")
-    query: str | dict[str, Any] | None = Field(default=None, description="default: inquiry (classification), "
-                                               "signal_text (generation)")
-    signals: list[str] | None = Field(default=None, min_length=2, max_length=2,
-                                      description="generation: the signal texts [y1, y0]")
-    max_tokens: int = Field(default=24, ge=1, le=256, description="generation: tokens per answer")
-    insertion: Literal["contextleak", "paired"] = "paired"
-    threat_model: Literal["black-box", "white-box", "both"] = "both"
-    mode: Literal["direct", "bootstrap", "sequential"] = Field(
-        default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
-        "(app.audit.sequential; classification)")
-    trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
-        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
-        "(classification rnm; generation esa, clip_softmax, poe, mozo); "
-        "sequential: the cap ('auto': 10000)")
-    probe: bool = Field(default=True, description="sequential, rnm: draw a one-partition probe first (one model call "
-                        "per trial; catches gross violations in a few pairs; app.audit.probe)")
-    power: PowerConfig = Field(default_factory=PowerConfig)
-    n_llm: int = Field(default=16, ge=1, le=10_000)
-    n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
-    confidence: float = Field(default=0.95, gt=0, lt=1)
-    delta: float | None = Field(default=None, ge=0, lt=1, description="default: the target's delta")
-    statistic: Literal["margin", "positive", "reference_vector"] = "margin"
-    objective: Literal["epsilon", "mu"] = "epsilon"
-    threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
-    seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
-
-    @model_validator(mode="after")
-    def _default_mechanism(self) -> CanaryMIAConfig:
-        if self.target.mechanism is None:
-            self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
-        if self.power.alternatives is None:
-            from app.audit.gen_power import DEFAULT_GEN_REQUIRED
-            from app.audit.power import DEFAULT_REQUIRED
-
-            self.power.alternatives = list(DEFAULT_GEN_REQUIRED if self.task == "generation" else DEFAULT_REQUIRED)
-        return self
-
-
-SYNTH_PARAMS = {"epsilon", "delta", "shots_per_label", "max_tokens", "partitions", "shots_per_partition",
-                "public_top_k", "adjacency"}
-
-
-def _dataset(c: DatasetConfig):
-    from app.icl import load_bundled
-
-    if c.exemplars is not None:
-        ex = [(e["input"], e["output"]) for e in c.exemplars]
-        labels = c.labels or sorted({b for _, b in ex})
-        heldout = [(e["input"], e["output"]) for e in (c.heldout or [])]
-        template = dict(c.template or {})
-    else:
-        try:
-            ds = load_bundled(c.bundled) if c.bundled else load_bundled()
-        except ValueError as exc:
-            raise JobConfigError(str(exc), param="config.dataset.bundled") from None
-        ex = ds.exemplars("train")
-        labels = list(c.labels or ds.labels)
-        heldout = ds.exemplars("test")
-        t = ds.template
-        template = {"instruction": t.instruction, "input_prefix": t.input_prefix, "output_prefix": t.output_prefix}
-        template.update(c.template or {})
-    if len(ex) < c.size:
-        raise JobConfigError(f"the dataset has {len(ex)} exemplars, fewer than size {c.size}", param="config.dataset.size")
-    return ex, labels, heldout, template
-
-
-GENERATION_TEMPLATE = {"instruction": "Summarize the dialogue in one sentence.", "input_prefix": "Dialogue:",
-                       "output_prefix": "Summary:"}
-
-
-def _generation_dataset(c: DatasetConfig):
-    """(train exemplars, held-out exemplars, template): the config's, or the bundled dialogue set."""
-    import json
-    from pathlib import Path
-
-    template = {**GENERATION_TEMPLATE, **(c.template or {})}
-    if c.exemplars is not None:
-        ex = [(e["input"], e["output"]) for e in c.exemplars]
-        heldout = [(e["input"], e["output"]) for e in (c.heldout or [])]
-    else:
-        name = c.bundled or "gen_dialogsum"
-        path = Path(__file__).resolve().parents[2] / "icl" / "data" / f"{name}.jsonl"
-        if name != "gen_dialogsum" or not path.exists():
-            raise JobConfigError(f"unknown bundled generation set {name!r}; use gen_dialogsum",
-                                 param="config.dataset.bundled")
-        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-        ex = [(r["input"], r["output"]) for r in rows if r["split"] == "train"]
-        heldout = [(r["input"], r["output"]) for r in rows if r["split"] == "test"]
-    if len(ex) < c.size:
-        raise JobConfigError(f"the dataset has {len(ex)} exemplars, fewer than size {c.size}", param="config.dataset.size")
-    return ex, heldout, template
-
-
-def _query_labels(config: CanaryMIAConfig) -> int:
-    """How many labels the attack query votes over (task labels plus the strategy's literals and the
-    canary's label), as ``run`` resolves it; no model is needed."""
-    from app.audit.canaries import Canary
-    from app.audit.queries import resolve_query
-
-    ex, labels, _, template = _dataset(config.dataset)
-    canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
-    try:
-        return len(resolve_query(config.query or "inquiry", canary, labels, ex[:config.dataset.size], template).labels)
-    except (ValueError, TypeError) as exc:
-        raise JobConfigError(str(exc), param="config.query") from None
-
-
-def _served(ctx: JobContext, name: str | None, kind: str, param: str):
-    try:
-        return ctx.runtime.get_model(name, kind)
-    except KeyError:
-        what = "model" if kind == "lm" else kind
-        raise JobError(f"{what} {name!r} is not served by this worker", code="invalid_config", param=param) from None
-
-
-def _pick(rng: np.random.Generator, exemplars: list[tuple[str, str]], size: int) -> list[tuple[str, str]]:
-    """``size`` exemplars drawn without replacement (the audited context), in dataset order."""
-    pick = rng.choice(len(exemplars), size=size, replace=False)
-    return [exemplars[int(i)] for i in sorted(pick)]
-
-
-def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
-    counts = {lab: 0 for lab in labels}
-    for _, lab in exemplars:
-        if lab in counts:
-            counts[lab] += 1
-    return min(labels, key=lambda lab: (counts[lab], labels.index(lab)))
 
 
 @register
@@ -269,7 +74,7 @@ class CanaryMIAKind(JobKind):
             self._check_generation(config)
             return
         if config.task == "synthesize":
-            self._check_synthesize(config)
+            canary_synth.check(config)
             return
         if config.statistic == "reference_vector":
             raise JobConfigError("reference_vector needs a noisy mean embedding: task generation",
@@ -436,7 +241,7 @@ class CanaryMIAKind(JobKind):
         if config.task == "generation":
             return self._run_generation(ctx, config)
         if config.task == "synthesize":
-            return self._run_synthesize(ctx, config)
+            return canary_synth.run(ctx, config)
         rng = np.random.default_rng(config.seed)
         ctx.progress(0.01, "preparing the canary and the context")
         all_ex, labels, heldout, template = _dataset(config.dataset)
@@ -566,96 +371,6 @@ class CanaryMIAKind(JobKind):
                               "refusals": target.refusals}
         return self._finish(ctx, out)
 
-    # -- the synthesizer ----------------------------------------------------------------------------
-
-    def _check_synthesize(self, config: CanaryMIAConfig) -> None:
-        t = config.target
-        if t.type != "mechanism" or t.mechanism != "synthesize":
-            raise JobConfigError("task synthesize audits the in-process synthesizer: target type mechanism, "
-                                 "mechanism synthesize", param="config.target.mechanism")
-        if t.bug is not None or t.defence not in ("none", "L0"):
-            raise JobConfigError("bugs and defences are not implemented for the synthesizer", param="config.target.bug")
-        if config.mode != "direct" or config.trials == "auto":
-            raise JobConfigError("the synthesizer audit runs direct trials: give a number of trials",
-                                 param="config.trials")
-        if int(config.trials) < 4:
-            raise JobConfigError("at least 4 trials (threshold selection and evaluation halves)", param="config.trials")
-        unknown = set(t.params) - SYNTH_PARAMS
-        if unknown:
-            raise JobConfigError(f"unknown parameter; known: {', '.join(sorted(SYNTH_PARAMS))}",
-                                 param=f"config.target.params.{sorted(unknown)[0]}")
-        if config.canary.type == "heldout":
-            raise JobConfigError("use a hex, unigram or false_fact canary (a made-up record the model cannot know)",
-                                 param="config.canary.type")
-        self._synth_plan(config, *_dataset(config.dataset)[:2])
-
-    @staticmethod
-    def _synth_plan(config: CanaryMIAConfig, exemplars, labels):
-        from collections import Counter
-
-        from app.mechanisms import synthesize as syn
-        from app.mechanisms.errors import MechanismParamError
-
-        p = dict(config.target.params)
-        counts = Counter(y for _, y in exemplars[:config.dataset.size])
-        labs = [y for y in labels if counts.get(y)]
-        try:
-            return syn.plan(epsilon=p.get("epsilon", 8.0), delta=p.get("delta", 1e-5), labels=labs,
-                            label_counts=counts, shots_per_label=p.get("shots_per_label", 1),
-                            max_tokens=p.get("max_tokens", 8), partitions=p.get("partitions"),
-                            shots_per_partition=p.get("shots_per_partition"),
-                            public_top_k=p.get("public_top_k", syn.DEFAULT_PUBLIC_TOP_K),
-                            adjacency=p.get("adjacency", "replace-one"))
-        except MechanismParamError as exc:
-            raise JobConfigError(exc.message, param=f"config.target.params.{exc.param}") from None
-
-    def _run_synthesize(self, ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
-        from app.audit import make_canary
-        from app.audit.canaries import Canary
-        from app.audit.synthesis import run_synthesis_audit
-        from app.mechanisms import synthesize as syn
-
-        rng = np.random.default_rng(config.seed)
-        ctx.progress(0.01, "preparing the canary and the context")
-        all_ex, labels, heldout, template = _dataset(config.dataset)
-        exemplars = _pick(rng, all_ex, config.dataset.size)
-        lm = _served(ctx, config.target.model, "lm", "config.target.model")
-        cfg = self._synth_plan(config, exemplars, labels)
-        c = config.canary
-        label = c.label or _rarest_label(list(cfg.labels), exemplars)
-        try:
-            canary = Canary(c.type, c.text, label) if c.text is not None else make_canary(
-                c.type, rng, label=label, dataset_texts=[a for a, _ in all_ex], heldout=heldout, tokenizer=lm)
-        except ValueError as exc:
-            raise JobConfigError(str(exc), param="config.canary") from None
-        cost = syn.cost(cfg)
-        prefix = str(template.get("input_prefix") or "Text:")
-
-        def once(context, g):
-            # Unfiltered (every non-empty text): the degenerate-demonstration filter is post-processing and
-            # could only hide a copied canary (a hex canary reads as non-words) from the attack.
-            return syn.synthesize(lm, context, cfg, input_prefix=prefix, rng=g, on_step=ctx.checkpoint,
-                                  filter_degenerate=False).examples
-
-        delta = float(config.delta if config.delta is not None else cfg.delta)
-        try:
-            res = run_synthesis_audit(once, exemplars, canary.text, canary.label, trials=int(config.trials), rng=rng,
-                                      epsilon_claimed=float(cost["epsilon"]), delta=delta,
-                                      confidence=config.confidence, threshold_fraction=config.threshold_fraction,
-                                      progress=lambda f, m: ctx.progress(0.02 + 0.93 * f, m))
-        except ValueError as exc:
-            raise JobConfigError(str(exc), param="config.trials") from None
-        ctx.progress(0.96, "writing artifacts")
-        ctx.add_artifact("trials.csv", "text/csv", _rows_csv(res.trials))
-        out = {"task": "synthesize", "target": "synthesize", "epsilon": res.epsilon,
-               "epsilon_claimed": res.epsilon_claimed, "epsilon_theory": res.epsilon_claimed, "delta": delta,
-               "confidence": config.confidence, "threshold": res.threshold, "estimates": res.estimates,
-               "summary": res.summary, "canary": canary.to_dict(), "synthesizer": cfg.to_dict(),
-               "trials_total": len(res.trials), "trials": res.trials[:200], "exemplar_count": len(exemplars),
-               "power": None}
-        ctx.progress(1.0, "done")
-        return out
-
     # -- shared -----------------------------------------------------------------------------------
 
     def _campaign(self, ctx: JobContext, config: CanaryMIAConfig, target, exemplars, canary, query, labels,
@@ -750,26 +465,3 @@ def _remote_access(ctx: JobContext, t: TargetConfig) -> dict[str, Any]:
 
 def _timeout(t: TargetConfig) -> dict[str, Any]:
     return {} if t.timeout_seconds is None else {"timeout": t.timeout_seconds}
-
-
-def _rows_csv(rows: list[dict[str, Any]]) -> bytes:
-    buf = io.StringIO()
-    if rows:
-        cols: list[str] = []
-        for r in rows:
-            cols.extend(k for k in r if k not in cols)
-        w = csv.writer(buf)
-        w.writerow(cols)
-        for r in rows:
-            w.writerow([_cell(r.get(k)) for k in cols])
-    return buf.getvalue().encode()
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ""
-    if isinstance(v, (list, tuple)):
-        return " ".join(_cell(x) for x in v)
-    return str(v)

@@ -1,0 +1,129 @@
+"""``canary_mia``'s configuration: the target, the dataset, the canary, the power requirement and
+the audit's design (``app.jobs.kinds.canary_mia`` runs it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from app.jobs import secrets
+from app.jsonbody import JSONBody
+
+
+class TargetConfig(secrets.TargetCredentials):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["mechanism", "remote", "simulated"] = "mechanism"
+    mechanism: str | None = Field(default=None, description="classification: rnm (default) | poe | icl | zero_shot; "
+                                  "generation: esa (default) | ksa | clip_softmax | poe | zero_shot | full_context")
+    params: dict[str, Any] = Field(default_factory=dict, description="epsilon, delta, partitions, shots_per_partition...")
+    model: str | None = Field(default=None, description="a model this worker serves (mechanism targets)")
+    embedder: str | None = Field(default=None, description="generation: the embedder model (the mechanism's and "
+                                 "the auditor's; default: the first this worker serves)")
+    bug: str | dict[str, Any] | None = Field(default=None, description="rnm, poe: noise_quarter | noise_tenth | "
+                                             "winner_only | {noise_multiplier, winner_only} (to show it is caught; "
+                                             "poe: noise_quarter = lambda x4)")
+    defence: Literal["none", "L0", "L1", "L2", "L3"] = Field(
+        default="none", description="mechanism targets: heuristic defence (ContextLeak 4.1, App. B): L1/L2 system "
+        "prompts, L3 = L2 + LLM judge that refuses on 'Attack' (direct mode only)")
+    url: str | None = Field(default=None, description="remote: the gateway's base URL")
+    white_box: bool = Field(default=False, description="remote: ask for internals")
+    seeded: bool = Field(default=False, description="remote: send a noise seed per trial")
+    retries: int = Field(default=3, ge=0, le=10, description="remote: retries of a connection error, timeout or "
+                         "5xx answer, with exponential back-off; then the job fails with target_unavailable")
+    retry_backoff_seconds: float = Field(default=0.25, gt=0, le=60, description="remote: wait before the first "
+                                         "retry, doubled before each next one (at most 8 s, or this if larger)")
+    timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="remote: per-request timeout "
+                                          "(default 300 s classification, 600 s generation)")
+    votes_with: list[float] | None = Field(default=None, description="simulated: clean votes with the canary")
+    votes_without: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> TargetConfig:
+        if self.type == "remote" and not self.url:
+            raise ValueError("url: required for a remote target")
+        if (self.votes_with is None) != (self.votes_without is None):
+            raise ValueError("votes_with and votes_without go together")
+        return self
+
+
+class DatasetConfig(JSONBody):
+    model_config = ConfigDict(extra="forbid")
+
+    bundled: str | None = Field(default=None, description="a bundled task (default: the first bundled one)")
+    size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
+    exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
+    labels: list[str] | None = None
+    template: dict[str, Any] | None = None
+    heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
+
+
+class CanaryConfig(JSONBody):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["hex", "unigram", "false_fact", "heldout"] = "hex"
+    label: str | None = Field(default=None, description="the canary's label (default: the rarest task label)")
+    text: str | None = Field(default=None, description="a fixed canary text instead of a generated one")
+
+
+class PowerConfig(JSONBody):
+    model_config = ConfigDict(extra="forbid")
+
+    alternatives: list[Literal["noise_half", "noise_quarter", "noise_tenth", "winner_only", "no_noise",
+                               "non_private"]] | None = Field(
+        default=None, min_length=1,
+        description="broken implementations the audit must be able to detect for a 'pass' (app.audit.power; "
+        "generation: app.audit.gen_power). Default: classification noise_quarter, no_noise; generation "
+        "noise_tenth, no_noise, non_private. winner_only is classification only, noise_tenth and non_private "
+        "generation only")
+    min_detection: float = Field(default=0.9, gt=0, lt=1, description="required P(detect) of each alternative")
+
+
+class CanaryMIAConfig(JSONBody):
+    model_config = ConfigDict(extra="forbid")
+
+    target: TargetConfig = Field(default_factory=TargetConfig)
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    canary: CanaryConfig = Field(default_factory=CanaryConfig)
+    task: Literal["classification", "generation", "synthesize"] = Field(
+        default="classification", description="generation: esa/ksa/clip_softmax/poe/zero_shot/full_context targets, "
+        "answers decided by signal texts (tight-auditing 3.4) or the repeat attack; synthesize: the DP synthesizer "
+        "(target.params: epsilon, delta, shots_per_label, max_tokens, partitions, shots_per_partition, "
+        "public_top_k, adjacency); the attack reads the synthetic set (app.audit.synthesis)")
+    query: str | dict[str, Any] | None = Field(default=None, description="default: inquiry (classification), "
+                                               "signal_text (generation)")
+    signals: list[str] | None = Field(default=None, min_length=2, max_length=2,
+                                      description="generation: the signal texts [y1, y0]")
+    max_tokens: int = Field(default=24, ge=1, le=256, description="generation: tokens per answer")
+    insertion: Literal["contextleak", "paired"] = "paired"
+    threat_model: Literal["black-box", "white-box", "both"] = "both"
+    mode: Literal["direct", "bootstrap", "sequential"] = Field(
+        default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
+        "(app.audit.sequential; classification)")
+    trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
+        default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
+        "(classification rnm; generation esa, clip_softmax, poe, mozo); "
+        "sequential: the cap ('auto': 10000)")
+    probe: bool = Field(default=True, description="sequential, rnm: draw a one-partition probe first (one model call "
+                        "per trial; catches gross violations in a few pairs; app.audit.probe)")
+    power: PowerConfig = Field(default_factory=PowerConfig)
+    n_llm: int = Field(default=16, ge=1, le=10_000)
+    n_sample: int = Field(default=400_000, ge=4, le=4_000_000)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    delta: float | None = Field(default=None, ge=0, lt=1, description="default: the target's delta")
+    statistic: Literal["margin", "positive", "reference_vector"] = "margin"
+    objective: Literal["epsilon", "mu"] = "epsilon"
+    threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
+    seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
+
+    @model_validator(mode="after")
+    def _default_mechanism(self) -> CanaryMIAConfig:
+        if self.target.mechanism is None:
+            self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
+        if self.power.alternatives is None:
+            from app.audit.gen_power import DEFAULT_GEN_REQUIRED
+            from app.audit.power import DEFAULT_REQUIRED
+
+            self.power.alternatives = list(DEFAULT_GEN_REQUIRED if self.task == "generation" else DEFAULT_REQUIRED)
+        return self

@@ -1,0 +1,129 @@
+"""``canary_mia``'s datasets: the audited context drawn from the config's exemplars or a bundled set,
+the canary's default label, the served model a target names, and rows as CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import numpy as np
+
+from app.jobs.context import JobContext
+from app.jobs.errors import JobConfigError, JobError
+from app.jobs.kinds.canary_config import CanaryMIAConfig, DatasetConfig
+
+
+SYNTH_PARAMS = {"epsilon", "delta", "shots_per_label", "max_tokens", "partitions", "shots_per_partition",
+                "public_top_k", "adjacency"}
+
+
+def _dataset(c: DatasetConfig):
+    from app.icl import load_bundled
+
+    if c.exemplars is not None:
+        ex = [(e["input"], e["output"]) for e in c.exemplars]
+        labels = c.labels or sorted({b for _, b in ex})
+        heldout = [(e["input"], e["output"]) for e in (c.heldout or [])]
+        template = dict(c.template or {})
+    else:
+        try:
+            ds = load_bundled(c.bundled) if c.bundled else load_bundled()
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.dataset.bundled") from None
+        ex = ds.exemplars("train")
+        labels = list(c.labels or ds.labels)
+        heldout = ds.exemplars("test")
+        t = ds.template
+        template = {"instruction": t.instruction, "input_prefix": t.input_prefix, "output_prefix": t.output_prefix}
+        template.update(c.template or {})
+    if len(ex) < c.size:
+        raise JobConfigError(f"the dataset has {len(ex)} exemplars, fewer than size {c.size}", param="config.dataset.size")
+    return ex, labels, heldout, template
+
+
+GENERATION_TEMPLATE = {"instruction": "Summarize the dialogue in one sentence.", "input_prefix": "Dialogue:",
+                       "output_prefix": "Summary:"}
+
+
+def _generation_dataset(c: DatasetConfig):
+    """(train exemplars, held-out exemplars, template): the config's, or the bundled dialogue set."""
+    import json
+    from pathlib import Path
+
+    template = {**GENERATION_TEMPLATE, **(c.template or {})}
+    if c.exemplars is not None:
+        ex = [(e["input"], e["output"]) for e in c.exemplars]
+        heldout = [(e["input"], e["output"]) for e in (c.heldout or [])]
+    else:
+        name = c.bundled or "gen_dialogsum"
+        path = Path(__file__).resolve().parents[2] / "icl" / "data" / f"{name}.jsonl"
+        if name != "gen_dialogsum" or not path.exists():
+            raise JobConfigError(f"unknown bundled generation set {name!r}; use gen_dialogsum",
+                                 param="config.dataset.bundled")
+        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        ex = [(r["input"], r["output"]) for r in rows if r["split"] == "train"]
+        heldout = [(r["input"], r["output"]) for r in rows if r["split"] == "test"]
+    if len(ex) < c.size:
+        raise JobConfigError(f"the dataset has {len(ex)} exemplars, fewer than size {c.size}", param="config.dataset.size")
+    return ex, heldout, template
+
+
+def _query_labels(config: CanaryMIAConfig) -> int:
+    """How many labels the attack query votes over (task labels plus the strategy's literals and the
+    canary's label), as ``run`` resolves it; no model is needed."""
+    from app.audit.canaries import Canary
+    from app.audit.queries import resolve_query
+
+    ex, labels, _, template = _dataset(config.dataset)
+    canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
+    try:
+        return len(resolve_query(config.query or "inquiry", canary, labels, ex[:config.dataset.size], template).labels)
+    except (ValueError, TypeError) as exc:
+        raise JobConfigError(str(exc), param="config.query") from None
+
+
+def _pick(rng: np.random.Generator, exemplars: list[tuple[str, str]], size: int) -> list[tuple[str, str]]:
+    """``size`` exemplars drawn without replacement (the audited context), in dataset order."""
+    pick = rng.choice(len(exemplars), size=size, replace=False)
+    return [exemplars[int(i)] for i in sorted(pick)]
+
+
+def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
+    counts = {lab: 0 for lab in labels}
+    for _, lab in exemplars:
+        if lab in counts:
+            counts[lab] += 1
+    return min(labels, key=lambda lab: (counts[lab], labels.index(lab)))
+
+
+def _served(ctx: JobContext, name: str | None, kind: str, param: str):
+    try:
+        return ctx.runtime.get_model(name, kind)
+    except KeyError:
+        what = "model" if kind == "lm" else kind
+        raise JobError(f"{what} {name!r} is not served by this worker", code="invalid_config", param=param) from None
+
+
+def _rows_csv(rows: list[dict[str, Any]]) -> bytes:
+    buf = io.StringIO()
+    if rows:
+        cols: list[str] = []
+        for r in rows:
+            cols.extend(k for k in r if k not in cols)
+        w = csv.writer(buf)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([_cell(r.get(k)) for k in cols])
+    return buf.getvalue().encode()
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ""
+    if isinstance(v, (list, tuple)):
+        return " ".join(_cell(x) for x in v)
+    return str(v)
