@@ -121,7 +121,7 @@ class CanaryMIAConfig(JSONBody):
     threat_model: Literal["black-box", "white-box", "both"] = "both"
     mode: Literal["direct", "bootstrap", "sequential"] = Field(
         default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
-        "(app.audit.sequential; classification)")
+        "(app.audit.sequential; generation: app.audit.gen_sequential)")
     trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
         default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
         "(classification rnm; generation esa, clip_softmax, poe, mozo); "
@@ -514,7 +514,7 @@ class CanaryMIAKind(JobKind):
         if config.statistic == "positive":
             raise JobConfigError("generation statistics: margin (signal distances) or reference_vector",
                                  param="config.statistic")
-        if config.trials == "auto" and config.mode != "direct":
+        if config.trials == "auto" and config.mode == "bootstrap":
             raise JobConfigError("trials 'auto' plans direct generation audits (the bootstrap uses n_llm/n_sample)",
                                  param="config.trials")
         from app.audit.gen_power import GEN_ALTERNATIVES
@@ -557,6 +557,12 @@ class CanaryMIAKind(JobKind):
             target = RemoteGenerationTarget(t.url, embedder, t.mechanism, dict(t.params), template,
                                             white_box=t.white_box, seeded=t.seeded, max_tokens=config.max_tokens,
                                             **_remote_access(ctx, t), **_timeout(t))
+        if config.mode == "sequential":
+            from app.jobs.kinds import canary_gen_seq
+
+            out = canary_gen_seq.run(ctx, config, target, exemplars, canary, rng)
+            ctx.progress(1.0, "done")
+            return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "signal_text", [], template, rng)
         out["target_calls"] = target.calls
         if getattr(target, "defence", "none") != "none":
