@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,9 +58,6 @@ class GenSequentialResult(SequentialResult):
     laws: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # alt -> tie -> [P(y1 | in), P(y1 | out)]
     y1_with: float = 0.0  # observed share of y1 releases with the canary
     y1_without: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class GenAlternative:
