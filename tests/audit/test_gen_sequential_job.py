@@ -64,3 +64,30 @@ def test_ksa_with_a_cap_is_accepted(client):
     assert j["status"] == "succeeded" and j["verdict"] == "inconclusive", j
     assert "cap of 2 trials" in j["verdict_reason"] and "no generation power model for ksa" in j["verdict_reason"]
     assert j["result"]["sequential"]["vote_model"] == "none" and j["result"]["power_unknown"]
+
+
+def test_remote_gateway_sequential_generation(live_server, embedder):
+    """The same test against a remote dpicl gateway (``RemoteGenerationTarget``: C1 and C0 registered
+    once each, one private generate per trial): the cap is honoured, every trial is one gateway
+    call, and the design is computed from the target's params as for an in-process target."""
+    import numpy as np
+
+    from app.audit import Canary
+    from app.audit.gen_power import generation_design, signal_distance
+    from app.audit.gen_queries import resolve_generation_query
+    from app.audit.gen_sequential import run_gen_sequential
+    from app.audit.gen_targets import RemoteGenerationTarget
+
+    ex = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(4)]
+    canary = "zq7 the lighthouse keeper owns eleven violet kites"
+    attack = resolve_generation_query("signal_text", Canary("false_fact", canary, canary))
+    remote = RemoteGenerationTarget(live_server, embedder, "esa", dict(ESA["params"]), max_tokens=4, seeded=True)
+    d = generation_design("esa", remote.params, len(ex), max_tokens=4, white_box=False,
+                          distance=signal_distance(embedder, *attack.labels[:2]))
+    try:
+        r = run_gen_sequential(remote, ex, attack, claimed_epsilon=0.5, delta=1e-5, design=d,
+                               alternatives=["non_private"], alpha=0.05, cap=4, rng=np.random.default_rng(3))
+    finally:
+        remote.close()
+    assert r.trials == remote.calls == 4 and len(remote.datasets) == 2 and r.verdict in ("pass", "inconclusive")
+    assert r.laws["non_private"] == {"positive": [1.0, 0.0]} and r.vote_model == "assumed"
