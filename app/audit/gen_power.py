@@ -126,6 +126,19 @@ class GenerationDesign:
         return self.coverage * p_in + (1.0 - self.coverage) * p_out, p_out
 
 
+def alternative_ties(name: str) -> tuple[str, ...]:
+    """The tie-breaks a clean argmax can take under alternative ``name``: both for deterministic
+    decoding (the auditor must see either), one otherwise."""
+    return ("positive", "other") if GEN_ALTERNATIVES[name] == 0.0 else ("positive",)
+
+
+def alternative_release(design: GenerationDesign, name: str, ties: str = "positive") -> tuple[float, float]:
+    """(P(y1 | canary in), P(y1 | canary out)) of one trial under alternative ``name`` of
+    ``GEN_ALTERNATIVES``: the per-trial law that the fixed power (``gen_design_power``) and the
+    sequential audit (``app.audit.gen_sequential``) both use."""
+    return design.release(GEN_ALTERNATIVES[name], ties)
+
+
 def _logistic(x: float) -> float:
     return float(0.5 * (1.0 + math.tanh(0.5 * x)))
 
@@ -262,7 +275,7 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
     for name, mult in GEN_ALTERNATIVES.items():
         if only_required and name not in required:
             continue
-        cands = [design.release(mult, t) for t in (("positive", "other") if mult == 0.0 else ("positive",))]
+        cands = [alternative_release(design, name, t) for t in alternative_ties(name)]
         dets = [detection_probability(a, b, half, half, claimed_epsilon, confidence=conf, delta=delta)
                 if black else 0.0 for a, b in cands]
         i = int(np.argmin(dets))

@@ -46,7 +46,9 @@ def test_sequential_cap_is_inconclusive(client):
     ({"target": {"type": "remote", "url": "http://127.0.0.1:9", "params": {"partitions": 4,
                                                                           "shots_per_partition": 4}}},
      "config.target.params.partitions"),
-    ({"target": SIM, "task": "generation", "mode": "sequential"}, "config.mode"),
+    ({"target": SIM, "task": "synthesize", "mode": "sequential"}, "config.mode"),
+    ({"target": {"mechanism": "ksa"}, "task": "generation", "mode": "sequential", "trials": "auto"},
+     "config.target.mechanism"),
 ])
 def test_config_that_cannot_run_is_a_422_at_submit(client, config, param):
     r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {"dataset": DATASET, **config}})

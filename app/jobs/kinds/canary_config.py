@@ -100,7 +100,7 @@ class CanaryMIAConfig(JSONBody):
     threat_model: Literal["black-box", "white-box", "both"] = "both"
     mode: Literal["direct", "bootstrap", "sequential"] = Field(
         default="direct", description="sequential: anytime-valid, stops at a violation, a pass or the cap "
-        "(app.audit.sequential; classification)")
+        "(app.audit.sequential; generation: app.audit.gen_sequential)")
     trials: Annotated[int, Field(ge=2, le=1_000_000)] | Literal["auto"] = Field(
         default=40, description="trials (direct mode), or 'auto': the planner's count for power.alternatives "
         "(classification rnm; generation esa, clip_softmax, poe, mozo); "

@@ -75,8 +75,13 @@ def check_runnable(config: Any) -> None:
 
 
 def check_sequential(config: Any) -> None:
+    if config.task == "generation":
+        from app.jobs.kinds import canary_gen_seq
+
+        canary_gen_seq.check(config)
+        return
     if config.task != "classification":
-        raise JobConfigError("sequential audits cover classification targets (the released label)",
-                             param="config.mode")
+        raise JobConfigError("sequential audits cover classification targets (the released label) and generation "
+                             "targets (the signal text)", param="config.mode")
     if config.trials != "auto" and int(config.trials) < 2:
         raise JobConfigError("the sequential cap needs at least 2 trials (one pair)", param="config.trials")

@@ -321,7 +321,7 @@ class CanaryMIAKind(JobKind):
         if config.statistic == "positive":
             raise JobConfigError("generation statistics: margin (signal distances) or reference_vector",
                                  param="config.statistic")
-        if config.trials == "auto" and config.mode != "direct":
+        if config.trials == "auto" and config.mode == "bootstrap":
             raise JobConfigError("trials 'auto' plans direct generation audits (the bootstrap uses n_llm/n_sample)",
                                  param="config.trials")
         from app.audit.gen_power import GEN_ALTERNATIVES
@@ -364,6 +364,12 @@ class CanaryMIAKind(JobKind):
             target = RemoteGenerationTarget(t.url, embedder, t.mechanism, dict(t.params), template,
                                             white_box=t.white_box, seeded=t.seeded, max_tokens=config.max_tokens,
                                             **_remote_access(ctx, t), **_timeout(t))
+        if config.mode == "sequential":
+            from app.jobs.kinds import canary_gen_seq
+
+            out = canary_gen_seq.run(ctx, config, target, exemplars, canary, rng)
+            ctx.progress(1.0, "done")
+            return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "signal_text", [], template, rng)
         out["target_calls"] = target.calls
         if getattr(target, "defence", "none") != "none":

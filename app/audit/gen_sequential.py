@@ -1,0 +1,210 @@
+"""Sequential (anytime-valid) generation canary audits: stop as soon as the evidence decides.
+
+The generation analogue of ``app.audit.sequential`` (read its docstring first), after González,
+Dulce-Rubio, Ramdas & Ribero, "Sequentially Auditing Differential Privacy" (NeurIPS 2025): the
+audit draws trials in batches of pairs on the fixed contexts C1 (the canary in place of one
+exemplar) and C0 (without it; tight-auditing Section 3.2, the fixed generation audit's paired
+insertion), turns each released text into the signal decision of tight-auditing 3.4 (the answer is
+y1, "the canary is there", iff it is nearer y1 than y0 in the auditor's embedding:
+``gen_targets.SignalDecider``), and keeps the evidence as e-processes: test supermartingales under
+their nulls, so by Ville's inequality each crosses 1/alpha with probability <= alpha at ANY
+stopping time, and the audit may look after every batch.
+
+* Violation of the claim (epsilon, delta): the pair accuracy of the fixed guess "y1 was released"
+  X = (1[y1 | canary in] + 1[not y1 | canary out]) / 2 has E[X] <= p0 = (e^eps + delta)/(1 + e^eps)
+  under (epsilon, delta)-DP for ANY model and prompt (TPR <= e^eps FPR + delta and
+  1 - FPR <= e^eps (1 - TPR) + delta at their symmetric point: ``sequential.max_pair_accuracy``;
+  González et al.'s black-box test of membership accuracy). One bet against E[X] <= p0; crossing
+  1/alpha is a violation, whatever model the target serves.
+* Pass: every required alternative of ``app.audit.gen_power`` (noise x 1/2, 1/4, 1/10, no_noise,
+  non_private) is rejected. Under alternative a a trial releases y1 with the probability
+  ``gen_power.alternative_release(design, a)`` gives for its hypothesis -- the same per-trial law
+  the planner and the fixed verdict's power use (one power model; no formula is repeated here). A
+  betting e-process on 1[y1 released] - mu_a rejects a at 1/alpha, each trial's bet pointed from
+  mu_a towards the claimed law's mu_c (``GenAlternative``: its null is "a, or further from the
+  claim", so a target more broken than a cannot pass either); for deterministic decoding both
+  tie-breaks of a clean tie must be rejected (the minimum of their e-values). The law
+  is gen_power's *design model*, the auditor's best case (the canary's unit follows the signal query:
+  ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
+  pass says the target is not the alternative *as that model predicts it*.
+* Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (ksa, the
+  L3 judge, a mechanism that claims nothing) only the violation test runs: violation or inconclusive.
+
+Bets: ``sequential.BettingEProcess`` (online Newton step on the betting fraction, Cutkosky & Orabona
+2018, clipped to [0, B_MAX]): predictable, so each wealth process is a test supermartingale.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
+from app.audit.insertion import exemplar_tuple, paired_contexts
+from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
+from app.audit.eprocess import max_both_right, max_pair_accuracy
+from app.audit.sequential import FIRST_BET
+
+ASSUMED_NOTE = ("the alternatives' release probabilities are gen_power's design model, not observed: " + GEN_MODEL_NOTE
+                + "; a pass says the target is not the alternative as that model predicts it")
+
+
+@dataclass
+class GenSequentialResult(SequentialResult):
+    design: dict[str, Any] | None = None  # the design model's constants (None: no power model)
+    laws: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # alt -> tie -> [P(y1 | in), P(y1 | out)]
+    y1_with: float = 0.0  # observed share of y1 releases with the canary
+    y1_without: float = 0.0
+
+
+class GenAlternative:
+    """A one-sided e-process per tie-break of a clean argmax that alternative a allows, against the
+    composite null "the target is a, or further than a from the claimed release law": on a trial
+    of hypothesis h (canary in / out) the bet is on 1[y1] against mu_a(h) in the direction of the
+    claimed law's mu_c(h) (H0: E[1[y1]] <= mu_a(h) where mu_c(h) > mu_a(h), >= where below; no bet
+    where they are equal, as that trial cannot tell a from the claim). A two-sided bet would also
+    reject a for a target further from the claim than a (esa at sigma / 16 rejects sigma / 10) and
+    pass it; the directional one keeps P(pass) <= alpha for every such target."""
+
+    def __init__(self, name: str, design: GenerationDesign) -> None:
+        self.name = name
+        claimed = alternative_release(design, "claimed")
+        self.law = {t: alternative_release(design, name, t) for t in alternative_ties(name)}
+        self.side = {t: tuple(_sign(c - m) for c, m in zip(claimed, law)) for t, law in self.law.items()}
+        self.procs = {t: BettingEProcess(+1) for t in self.law}
+
+    def update(self, y1: float, member: bool) -> None:
+        h = 0 if member else 1
+        for t, proc in self.procs.items():
+            side, m = self.side[t][h], self.law[t][h]
+            if side > 0:
+                proc.update(y1, m)
+            elif side < 0:  # H0: E[y1] >= m, i.e. E[1 - y1] <= 1 - m: the same bet on the mirrored outcome
+                proc.update(1.0 - y1, 1.0 - m)
+
+    @property
+    def e(self) -> float:
+        return min(p.e for p in self.procs.values())
+
+
+def _sign(x: float) -> int:
+    return 0 if abs(x) <= 1e-12 else (1 if x > 0 else -1)
+
+
+def design_summary(design: GenerationDesign) -> dict[str, Any]:
+    return {"mechanism": design.mechanism, "units": design.units, "noise_scale": design.scale,
+            "law": design.law, "coverage": design.coverage, "signal_distance": design.signal_distance}
+
+
+def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: Any, *, claimed_epsilon: float,
+                       delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float,
+                       cap: int = DEFAULT_CAP, rng: np.random.Generator, batch_pairs: int = DEFAULT_BATCH_PAIRS,
+                       no_model: str | None = None, progress: Progress | None = None) -> GenSequentialResult:
+    """Draw pairs in batches of ``batch_pairs`` until the violation e-process or every required
+    alternative's crosses 1/alpha, or ``cap`` trials. ``design``: gen_power's design model of the
+    target (None: no alternative can be modelled, ``no_model`` says why; violation or inconclusive)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError("alpha must lie in (0, 1)")
+    if cap < 2 or batch_pairs < 1:
+        raise ValueError("the cap needs >= 2 trials and a batch >= 1 pair")
+    if getattr(attack, "decision", "signal") != "signal":
+        raise ValueError("a sequential generation audit decides y1 / y0: use a signal query (not the repeat attack)")
+    t0 = time.perf_counter()
+    report = progress or (lambda _f, _m: None)
+    ex = [exemplar_tuple(e) for e in exemplars]
+    c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
+    y1 = attack.labels[0]
+    p0 = max_pair_accuracy(claimed_epsilon, delta)
+    # violation: half on the pair accuracy (<= p0), half on "both right" (<= p0^2, eprocess.max_both_right)
+    acc, both = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
+    c2 = max_both_right(claimed_epsilon, delta)
+    alts = [] if design is None else [GenAlternative(a, design) for a in alternatives]
+    notes: list[str] = []
+    if design is None:
+        notes.append("no design model for this target" + (f" ({no_model})" if no_model else "")
+                     + ": no alternative can be rejected, so no pass")
+    elif alts:
+        notes.append(ASSUMED_NOTE)
+    threshold = 1.0 / alpha
+    trials = pairs = 0
+    correct = 0.0
+    seen = {True: 0, False: 0}
+    history: list[dict[str, float]] = []
+    verdict, reason = "inconclusive", ""
+    while trials + 2 <= cap:
+        for _ in range(min(batch_pairs, (cap - trials) // 2)):
+            rel: dict[bool, float] = {}
+            for member in ((True, False) if rng.random() < 0.5 else (False, True)):
+                obs = target.observe(c1 if member else c0, attack, rng)
+                rel[member] = float(obs.label == y1)
+                for a in alts:
+                    a.update(rel[member], member)
+            trials += 2
+            pairs += 1
+            seen[True] += int(rel[True])
+            seen[False] += int(rel[False])
+            x = 0.5 * (rel[True] + 1.0 - rel[False])
+            correct += x
+            acc.update(x, p0)
+            both.update(rel[True] * (1.0 - rel[False]), c2)
+        ev = 0.5 * (acc.e + both.e)
+        ea = {a.name: a.e for a in alts}
+        history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
+        report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at {threshold:g})")
+        if ev >= threshold:
+            verdict = "violation"
+            reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
+                      f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; pair accuracy of "
+                      f"the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g})")
+            break
+        if alts and all(v >= threshold for v in ea.values()):
+            verdict = "pass"
+            reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
+                      f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
+                      + " (release laws of gen_power's design model, the auditor's best case)")
+            break
+    ea = {a.name: a.e for a in alts}
+    if verdict == "inconclusive":
+        open_ = [n for n in alternatives if ea.get(n, 0.0) < threshold]
+        reason = (f"cap of {cap} trials reached: e-value against the claim {0.5 * (acc.e + both.e):.3g} < "
+                  f"{threshold:g}, and "
+                  + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
+                  + " not rejected: not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
+    report(1.0, "sequential audit done")
+    half = max(1, pairs)
+    return GenSequentialResult(
+        verdict, reason, trials, pairs, alpha, 0.5 * (acc.e + both.e), {"accuracy": acc.e, "both_right": both.e}, ea,
+        "assumed" if design is not None else "none", cap, p0, correct / half, time.perf_counter() - t0,
+        prompts=trials, history=history[-200:], notes=notes, design=None if design is None else design_summary(design),
+        laws={a.name: {t: list(v) for t, v in a.law.items()} for a in alts},
+        y1_with=seen[True] / half, y1_without=seen[False] / half)
+
+
+class DesignModelTarget:
+    """A generation release that follows gen_power's design model exactly (simulations, benchmarks):
+    y1 with probability ``alternative_release(design, alternative, ties)`` for the trial's hypothesis
+    (the canary in the context or not). ``alternative`` "claimed" is the correct mechanism; a number
+    is a multiplier of the noise scale (``GenerationDesign.release``)."""
+
+    white_box = False
+    task = "generation"
+
+    def __init__(self, design: GenerationDesign, alternative: str | float = "claimed", ties: str = "positive") -> None:
+        self.p_in, self.p_out = (alternative_release(design, alternative, ties) if isinstance(alternative, str)
+                                 else design.release(float(alternative), ties))
+        self.name = f"design-model:{design.mechanism}:{alternative}"
+        self.calls = 0
+
+    def observe(self, context: Sequence[tuple[str, str]], attack: Any, rng: np.random.Generator) -> Any:
+        from app.audit.targets import Observation
+
+        self.calls += 1
+        p = self.p_in if tuple(attack.canary.exemplar()) in [tuple(c) for c in context] else self.p_out
+        return Observation(attack.labels[0] if rng.random() < p else attack.labels[1])
+
+
+__all__ = ["ASSUMED_NOTE", "DesignModelTarget", "GenAlternative", "GenSequentialResult", "run_gen_sequential"]

@@ -1,0 +1,114 @@
+"""The ``canary_mia`` job's sequential mode for generation targets: wiring only (the test is
+``app.audit.gen_sequential``; the release laws are ``app.audit.gen_power``'s design model).
+
+``"task": "generation", "mode": "sequential"`` with ``"trials": "auto"`` (cap ``DEFAULT_CAP``) or a
+number (the cap): pairs of trials in batches until a violation, a pass (every
+``power.alternatives`` rejected) or the cap. Mechanisms without a design model (ksa, a mechanism
+that claims nothing) and the L3 judge can only end violation or inconclusive, so they need an
+explicit cap (``"auto"`` would spend 10000 trials on a verdict that can never be a pass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.jobs.context import JobContext
+from app.jobs.errors import JobConfigError
+
+
+def _no_model(config: Any) -> tuple[str, str] | None:
+    """(why, param) where gen_power has no design model of this target; None where it has one."""
+    from app.audit.gen_power import MODELLED, NOT_MODELLED
+
+    t = config.target
+    if t.mechanism not in MODELLED:
+        why = NOT_MODELLED.get(str(t.mechanism), f"{t.mechanism} makes no privacy claim to model")
+        return f"no generation power model for {t.mechanism}: {why}", "config.target.mechanism"
+    if t.defence == "L3":
+        return "the L3 judge replaces answers after the noise: no release law to model", "config.target.defence"
+    return None
+
+
+def check(config: Any) -> None:
+    """Submit-time: a signal query, a cap of at least one pair, and a design model (or an explicit cap)."""
+    from app.audit.gen_queries import get_generation_strategy
+
+    try:
+        s = get_generation_strategy(config.query or "signal_text")
+    except (ValueError, TypeError) as exc:
+        raise JobConfigError(str(exc), param="config.query") from None
+    if s.decision != "signal":
+        raise JobConfigError("a sequential generation audit decides whether the answer is the signal text y1: use "
+                             "query signal_text or signal_text_white_box (the repeat attack's score is thresholded)",
+                             param="config.query")
+    if config.trials != "auto" and int(config.trials) < 2:
+        raise JobConfigError("the sequential cap needs at least 2 trials (one pair)", param="config.trials")
+    no = _no_model(config)
+    if no is not None and config.trials == "auto":
+        raise JobConfigError(f"{no[0]}; a sequential audit of it could never pass (only violation or "
+                             "inconclusive): give trials a number (the cap) to look for a violation",
+                             param=no[1])
+    if no is None and config.target.type == "mechanism":
+        _design(config, config.target.params, config.dataset.size, 1.0)  # the params' own errors, as 422s
+
+
+def _design(config: Any, params: dict[str, Any], n: int, distance: float | None) -> Any:
+    from app.audit.gen_power import NoPowerModel, generation_design
+    from app.mechanisms.errors import MechanismParamError
+
+    t = config.target
+    try:
+        return generation_design(str(t.mechanism), dict(params), n, max_tokens=config.max_tokens, white_box=False,
+                                 distance=distance)
+    except NoPowerModel as exc:
+        raise JobConfigError(f"no generation power model for {t.mechanism}: {exc}",
+                             param="config.target.mechanism") from None
+    except MechanismParamError as exc:
+        name = exc.param or ""
+        field = name if name.startswith("params.") else f"params.{name}".rstrip(".")
+        raise JobConfigError(exc.message, param=f"config.target.{field}") from None
+    except ArithmeticError as exc:  # e.g. poe/mozo's per-token RDP overflows at epsilon 1e300
+        raise JobConfigError(f"the mechanism's calibration fails for these params ({type(exc).__name__})",
+                             param="config.target.params") from None
+
+
+def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, str]], canary: Any,
+        rng: Any) -> dict[str, Any]:
+    from app.audit.gen_power import signal_distance
+    from app.audit.gen_queries import resolve_generation_query
+    from app.audit.gen_sequential import run_gen_sequential
+    from app.jobs.kinds.canary_seq import cap, target_failures
+
+    try:
+        attack = resolve_generation_query(config.query or "signal_text", canary,
+                                          None if config.signals is None else tuple(config.signals))
+    except ValueError as exc:
+        raise JobConfigError(str(exc), param="config.query") from None
+    eps_claimed, delta_claimed = target.claimed(len(exemplars))
+    claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else eps_claimed
+    if claim is None:
+        raise JobConfigError("a sequential audit tests a claim: give claimed_epsilon (the target states none)",
+                             param="claimed_epsilon")
+    delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
+    no = _no_model(config)
+    design = None
+    if no is None:
+        dist = signal_distance(target.decider.embedder, *attack.labels[:2]) if config.target.mechanism == "esa" \
+            else None
+        design = _design(config, target.params, len(exemplars), dist)
+    with target_failures(target):
+        res = run_gen_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, design=design,
+                                 alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
+                                 cap=cap(config.trials), rng=rng, no_model=None if no is None else no[0],
+                                 progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m))
+    seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
+    out: dict[str, Any] = {
+        "mode": "sequential", "task": "generation", "target": target.name, "attack": attack.to_dict(),
+        "epsilon": None, "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
+        "model_calls": res.trials, "target_calls": target.calls, "trials_total": res.trials, "sequential": seq,
+        "power": None, "exemplar_count": len(exemplars)}
+    if no is not None:
+        out["power_unknown"] = no[0]
+    if getattr(target, "defence", "none") != "none":
+        out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls, "refusals": target.refusals}
+    return out

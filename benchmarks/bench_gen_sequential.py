@@ -1,0 +1,98 @@
+"""Fixed design vs sequential for generation audits (issue 28 item 3), at the design model's level.
+
+    PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 200
+    PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 50 --json
+
+For each mechanism gen_power models (esa: 4 partitions x 2 shots, max_tokens 8; clip_softmax, poe,
+mozo: one unit of 8 shots, max_tokens 1) and claimed epsilon 1 and 2 (8 exemplars, D = 0.5562,
+alternatives noise_tenth + no_noise + non_private, confidence 0.95):
+
+* fixed: the trials the planner's power model (``gen_power.gen_design_power``, black-box, and for esa
+  also white-box + black-box) needs for P(detect) >= 0.9 of every alternative (None: no count up to
+  20000), i.e. the model calls of a fixed audit whatever the target;
+* sequential: ``gen_sequential.run_gen_sequential`` against targets that follow the design model
+  exactly (``DesignModelTarget``: the correct release, noise x 1/4, x 1/10, no noise, non-private),
+  ``--reps`` audits each (cap ``--cap``): mean trials to the verdict and the verdicts' counts.
+
+Trials = model calls to the target (one answer each). The laws are the design model's (the auditor's
+best case): real models that do not follow the signal query need more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.audit import Canary  # noqa: E402
+from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design, smallest_trials  # noqa: E402
+from app.audit.gen_queries import DEFAULT_SIGNALS, resolve_generation_query  # noqa: E402
+from app.audit.gen_sequential import DesignModelTarget, run_gen_sequential  # noqa: E402
+
+EX = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(8)]
+CANARY = "zq7 the lighthouse keeper owns eleven violet kites"
+D = 0.5562  # tight-auditing Table 3's distance of the default signal pair
+DESIGNS = {"esa": ({"partitions": 4, "shots_per_partition": 2}, 8),
+           "clip_softmax": ({"prompts": 1, "shots_per_prompt": 8}, 1),
+           "poe": ({"experts": 1, "group_size": 8}, 1),
+           "mozo": ({"experts": 1, "group_size": 8}, 1)}
+TARGETS = ("claimed", "noise_quarter", "noise_tenth", "no_noise", "non_private")
+
+
+def fixed_trials(design_of, eps: float, tms: tuple[str, ...]) -> int | None:
+    d = design_of("white-box" in tms)
+
+    def rep(n: int):
+        return gen_design_power(d, trials=n, claimed_epsilon=eps, confidence=0.95, threat_models=tms, delta=1e-5,
+                                required=DEFAULT_GEN_REQUIRED, only_required=True)
+    return smallest_trials(rep, 20_000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--cap", type=int, default=2000)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    attack = resolve_generation_query("signal_text", Canary("false_fact", CANARY, CANARY), DEFAULT_SIGNALS)
+    rows = []
+    t0 = time.perf_counter()
+    for mech, (params, tokens) in DESIGNS.items():
+        for eps in (1.0, 2.0):
+            def design_of(white_box: bool, mech=mech, params=params, tokens=tokens, eps=eps):
+                return generation_design(mech, {"epsilon": eps, "delta": 1e-5, **params}, len(EX), max_tokens=tokens,
+                                         white_box=white_box and mech == "esa", distance=D)
+            d = design_of(False)
+            row = {"mechanism": mech, "claim": eps, "fixed_black_box": fixed_trials(design_of, eps, ("black-box",))}
+            if mech == "esa":
+                row["fixed_white_box"] = fixed_trials(design_of, eps, ("black-box", "white-box"))
+            for t in TARGETS:
+                res = [run_gen_sequential(DesignModelTarget(d, t), EX, attack, claimed_epsilon=eps, delta=1e-5,
+                                          design=d, alternatives=DEFAULT_GEN_REQUIRED, alpha=0.05, cap=a.cap,
+                                          rng=np.random.default_rng(seed)) for seed in range(a.reps)]
+                v = [r.verdict for r in res]
+                row[t] = {"mean_trials": float(np.mean([r.trials for r in res])),
+                          **{k: v.count(k) for k in ("pass", "violation", "inconclusive") if v.count(k)}}
+            rows.append(row)
+    out = {"reps": a.reps, "cap": a.cap, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"| mechanism | claim | fixed (black-box) | {' | '.join(TARGETS)} |")
+    print("|---|---|---|" + "---|" * len(TARGETS))
+    for r in rows:
+        fixed = str(r["fixed_black_box"]) + (f" (white-box {r['fixed_white_box']})" if "fixed_white_box" in r else "")
+        cells = [f"{r[t]['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in r[t].items() if k != "mean_trials")
+                 for t in TARGETS]
+        print(f"| {r['mechanism']} | {r['claim']:g} | {fixed} | " + " | ".join(cells) + " |")
+    print(f"\n{a.reps} audits per cell, cap {a.cap}; {out['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Sequential generation audits (issue 28 item 3): ``app.audit.gen_sequential``.
+
+Type-I error by simulation (fixed seeds; a rate is allowed up to its level + 3 binomial standard
+deviations of 1000 runs, one-sided), every broken alternative caught, the release laws equal to
+gen_power's (one power model), and the real ``esa`` code (a model that follows the signal query)
+passed when correct and caught when its noise is below its claim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.audit import Canary
+from app.audit.gen_power import GEN_ALTERNATIVES, gen_design_power, generation_design
+from app.audit.gen_queries import resolve_generation_query
+from app.audit.gen_sequential import ASSUMED_NOTE, DesignModelTarget, run_gen_sequential
+from app.audit.sequential import max_pair_accuracy
+from app.audit.targets import Observation
+from tests.audit.test_gen_power import CANARY, D, EX
+
+ATTACK = resolve_generation_query("signal_text", Canary("false_fact", CANARY, CANARY))
+REQUIRED = ("noise_tenth", "no_noise", "non_private")
+ALPHA, RUNS = 0.05, 1000
+# Designs where a pass is reachable (claim epsilon 1): esa with 4 partitions of 2 shots (8 exemplars);
+# the token mechanisms with one unit of 8 shots and one decisive token (max_tokens 1: the claim's
+# epsilon is the token's; gen_power's planner proposes these).
+DESIGNS = {
+    "esa": ({"partitions": 4, "shots_per_partition": 2}, 8),
+    "clip_softmax": ({"prompts": 1, "shots_per_prompt": 8}, 1),
+    "poe": ({"experts": 1, "group_size": 8}, 1),
+    "mozo": ({"experts": 1, "group_size": 8}, 1),
+}
+
+
+def _design(mech: str, eps: float = 1.0):
+    params, tokens = DESIGNS[mech]
+    return generation_design(mech, {"epsilon": eps, "delta": 1e-5, **params}, len(EX), max_tokens=tokens,
+                             white_box=False, distance=D)
+
+
+def _limit(level: float, runs: int = RUNS) -> float:
+    return level + 3.0 * math.sqrt(level * (1.0 - level) / runs)
+
+
+def _audits(target, design, eps: float = 1.0, cap: int = 400, runs: int = RUNS, alternatives=REQUIRED):
+    return [run_gen_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, design=design,
+                               alternatives=alternatives, alpha=ALPHA, cap=cap, rng=np.random.default_rng(seed))
+            for seed in range(runs)]
+
+
+class BoundaryRelease:
+    """A generation release exactly at its claim, the least favourable correct one for the violation
+    test: y1 with probability e^eps / (1 + e^eps) with the canary, 1 / (1 + e^eps) without (pair
+    accuracy = p0 with delta 0)."""
+
+    name = "boundary-release"
+    white_box = False
+
+    def __init__(self, eps: float) -> None:
+        self.p = math.exp(eps) / (1.0 + math.exp(eps))
+
+    def observe(self, context, attack, rng):
+        q = self.p if attack.canary.exemplar() in context else 1.0 - self.p
+        return Observation(attack.labels[0] if rng.random() < q else attack.labels[1])
+
+
+def test_boundary_release_false_violation_rate_within_level():
+    """1000 audits of a release exactly at epsilon 1 (delta 0), each looking after every batch of 4
+    pairs up to 400 trials: the share ending 'violation' is <= alpha + 3 sd (Ville, at any look)."""
+    res = [run_gen_sequential(BoundaryRelease(1.0), EX, ATTACK, claimed_epsilon=1.0, delta=0.0, design=None,
+                              alternatives=REQUIRED, alpha=ALPHA, cap=400, rng=np.random.default_rng(seed))
+           for seed in range(RUNS)]
+    false = sum(r.verdict == "violation" for r in res)
+    assert false / RUNS <= _limit(ALPHA), false
+    assert not any(r.verdict == "pass" for r in res)  # no design model: never a pass
+    assert "no alternative can be rejected" in res[0].notes[0]
+
+
+@pytest.mark.parametrize("mech", list(DESIGNS))
+def test_correct_mechanism_false_violations_within_level_and_it_passes(mech):
+    """1000 audits of each mechanism's correct release (gen_power's law at the claimed scale, the
+    default required alternatives): false violations <= alpha + 3 sd; the pass comes early."""
+    d = _design(mech)
+    res = _audits(DesignModelTarget(d), d)
+    v = [r.verdict for r in res]
+    assert v.count("violation") / RUNS <= _limit(ALPHA), v.count("violation")
+    assert v.count("pass") / RUNS > 0.95, {k: v.count(k) for k in set(v)}
+    assert np.mean([r.trials for r in res]) < 100
+    r = res[0]
+    assert r.vote_model == "assumed" and r.notes == [ASSUMED_NOTE] and r.design["mechanism"] == mech
+    assert f"after {r.trials} trials" in r.reason and set(r.e_alternatives) == set(REQUIRED)
+
+
+def _alternative_cases():
+    for mech in ("esa", "clip_softmax"):
+        for alt in (a for a in GEN_ALTERNATIVES if a != "claimed"):
+            for tie in (("positive", "other") if GEN_ALTERNATIVES[alt] == 0.0 else ("positive",)):
+                yield mech, alt, tie
+
+
+@pytest.mark.parametrize("mech,alt,tie", list(_alternative_cases()))
+def test_broken_alternative_is_caught(mech, alt, tie):
+    """1000 audits of a target that IS alternative ``alt`` (its gen_power law, each tie-break of a
+    clean argmax), all six alternatives required: a pass (which needs ``alt`` rejected) in at most
+    alpha + 3 sd. Where the alternative's pair accuracy exceeds the claim's p0 the audit also finds
+    the violation in >= 95% within 200 trials (the black-box test sees it); where it does not (esa's noise-free
+    mean with 4 partitions never moves past the midpoint: no black-box evidence against the claim
+    exists) the audit ends at its cap, inconclusive."""
+    d = _design(mech)
+    target = DesignModelTarget(d, alt, tie)
+    alts = tuple(a for a in GEN_ALTERNATIVES if a != "claimed")
+    res = _audits(target, d, cap=200, alternatives=alts)
+    v = [r.verdict for r in res]
+    assert v.count("pass") / RUNS <= _limit(ALPHA), v.count("pass")
+    acc = 0.5 * (target.p_in + 1.0 - target.p_out)
+    p0 = max_pair_accuracy(1.0, 1e-5)
+    if acc > p0 + 0.1:  # gross: noise_quarter (acc 0.88 vs p0 0.73) is the weakest of these, 98.8% measured
+        assert v.count("violation") / RUNS >= 0.95, {k: v.count(k) for k in set(v)}
+    elif acc <= p0:
+        assert v.count("violation") / RUNS <= _limit(ALPHA)  # not a violation of the claim: Ville again
+
+
+@pytest.mark.parametrize("mech", ["esa", "clip_softmax"])
+def test_a_target_more_broken_than_an_alternative_does_not_pass(mech):
+    """The directional bets' null is "the alternative, or further from the claim": a release at a
+    twentieth of the noise (beyond noise_tenth) passes in at most alpha + 3 sd of 1000 audits."""
+    d = _design(mech)
+    res = _audits(DesignModelTarget(d, 0.05), d, cap=200)
+    assert sum(r.verdict == "pass" for r in res) / RUNS <= _limit(ALPHA)
+
+
+@pytest.mark.parametrize("mech", list(DESIGNS))
+def test_release_laws_are_gen_powers(mech):
+    """The laws the sequential audit bets with are those gen_design_power reports (tpr, fpr) for the
+    same design: one power model, no second formula."""
+    d = _design(mech)
+    alts = tuple(a for a in GEN_ALTERNATIVES if a != "claimed")
+    r = run_gen_sequential(DesignModelTarget(d), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, design=d,
+                           alternatives=alts, alpha=ALPHA, cap=4, rng=np.random.default_rng(0))
+    rep = gen_design_power(d, trials=100, claimed_epsilon=1.0, confidence=0.95, threat_models=("black-box",),
+                           delta=1e-5, required=alts)
+    for a in alts:
+        laws = r.laws[a]
+        assert len(laws) == (2 if a == "no_noise" else 1)
+        assert [rep.alternatives[a].tpr, rep.alternatives[a].fpr] in laws.values()  # the fixed power's worse tie
+
+
+def test_cap_is_inconclusive_with_what_was_reached():
+    d = _design("esa")
+    r = run_gen_sequential(DesignModelTarget(d), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, design=d,
+                           alternatives=REQUIRED, alpha=ALPHA, cap=6, rng=np.random.default_rng(3))
+    assert r.verdict == "inconclusive" and r.trials == 6 and "cap of 6 trials" in r.reason, r.reason
+    assert r.e_violation < 20 and min(r.e_alternatives.values()) < 20 and len(r.history) == 3  # a look per pair
+
+
+def test_the_repeat_attack_is_refused():
+    attack = resolve_generation_query("repeat", Canary("false_fact", CANARY, CANARY))
+    with pytest.raises(ValueError, match="signal query"):
+        run_gen_sequential(DesignModelTarget(_design("esa")), EX, attack, claimed_epsilon=1.0, delta=1e-5,
+                           design=None, alternatives=REQUIRED, alpha=ALPHA, cap=10, rng=np.random.default_rng(0))
+
+
+def test_real_mechanism_code_passes_when_correct_and_is_caught_when_broken():
+    """The real esa mechanism (partitioning, calibrated Gaussian noise, nearest candidate) with a
+    model that follows the signal query (the design model's premise): at its claim (epsilon 2, one
+    partition) it passes. Broken: esa run at epsilon 400 while claiming 2 (sigma / 49) and the real
+    full_context release (the non-private alternative) are violations; esa at epsilon 50 (sigma /
+    13.3, beyond noise_tenth) is no black-box violation of this claim (its pair accuracy 0.84 stays
+    below p0 = 0.88: the claim is loose for a one-dimensional decision), so the audit must not pass
+    it and reaches its cap (a two-sided bet on noise_tenth would reject it and pass). Fixed seeds;
+    the laws are the claimed configuration's."""
+    from app.audit.gen_targets import GenerationMechanismTarget
+    from tests.audit.test_gen_power import TEMPLATE, SignalEmbedder, SignalLM
+
+    def esa(eps: float) -> GenerationMechanismTarget:  # one partition of all 8 exemplars: the canary is read
+        return GenerationMechanismTarget(SignalLM(), SignalEmbedder(), "esa", {
+            "epsilon": eps, "delta": 1e-5, "partitions": 1, "shots_per_partition": 8, "candidates": 2}, TEMPLATE,
+            max_tokens=8)
+
+    claimed = esa(2.0)
+    dist = float(np.linalg.norm(claimed.embedder.e1 - claimed.embedder.e0))
+    d = generation_design("esa", claimed.params, len(EX), max_tokens=8, white_box=False, distance=dist)
+    full = GenerationMechanismTarget(SignalLM(), SignalEmbedder(), "full_context", {}, TEMPLATE, max_tokens=8)
+    for target, want, cap in ((claimed, "pass", 2000), (esa(400.0), "violation", 2000), (full, "violation", 2000),
+                              (esa(50.0), "inconclusive", 400)):
+        r = run_gen_sequential(target, EX, ATTACK, claimed_epsilon=2.0, delta=1e-5, design=d,
+                               alternatives=REQUIRED, alpha=ALPHA, cap=cap, rng=np.random.default_rng(28))
+        assert r.verdict == want, (target.name, r.reason)
+        assert r.trials == target.calls <= cap and r.history[-1]["trials"] == r.trials

@@ -1,0 +1,93 @@
+"""Sequential generation audits through the jobs API (issue 28 item 3): real HTTP, the in-process
+runner, SQLite and PostgreSQL, the bundled SmolLM2 + MiniLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import running_app
+from tests.jobs.conftest import job_settings, submit, wait_job
+
+ESA = {"type": "mechanism", "mechanism": "esa",
+       "params": {"epsilon": 0.5, "delta": 1e-5, "partitions": 2, "shots_per_partition": 1, "candidates": 2}}
+SEQ = {"task": "generation", "mode": "sequential", "target": ESA, "dataset": {"size": 4},
+       "canary": {"type": "false_fact"}, "max_tokens": 6, "seed": 11}
+
+
+@pytest.fixture(scope="module")
+def client(database_url, lm, embedder):
+    with running_app(job_settings(database_url), models={lm.name: lm, embedder.name: embedder}) as c:
+        yield c
+
+
+def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client):
+    """The real esa mechanism on the bundled models, claim 0.5, alternative non_private, cap 40: the
+    job stops at a verdict (the e-value crossing 1/alpha), and the result carries the trials used,
+    the e-values, the design model's laws and the note that they are assumed."""
+    job = submit(client, "canary_mia", {**SEQ, "trials": 40, "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    seq = r["sequential"]
+    print("esa sequential:", j["verdict"], seq["trials"], seq["e_violation"], seq["e_alternatives"],
+          seq["y1_with"], seq["y1_without"], f"{seq['seconds']:.1f}s")
+    assert r["mode"] == "sequential" and r["task"] == "generation"
+    assert j["verdict"] == seq["verdict"] and j["verdict_reason"] == seq["reason"]
+    assert 0 < seq["trials"] == r["model_calls"] == r["target_calls"] <= 40 and seq["cap"] == 40
+    assert seq["claimed_epsilon"] == pytest.approx(0.5, rel=1e-6) and seq["vote_model"] == "assumed"
+    assert set(seq["e_alternatives"]) == {"non_private"} and seq["laws"]["non_private"] == {"positive": [1.0, 0.0]}
+    assert seq["e_violation"] > 0 and seq["history"][-1]["trials"] == seq["trials"]
+    assert any("design model" in n for n in seq["notes"])
+    assert j["verdict"] == "pass", j["verdict_reason"]
+    assert f"after {seq['trials']} trials" in j["verdict_reason"] and seq["e_alternatives"]["non_private"] >= 20
+
+
+@pytest.mark.parametrize("config,param", [
+    ({"query": "repeat"}, "config.query"),
+    ({"target": {**ESA, "mechanism": "ksa"}, "trials": "auto"}, "config.target.mechanism"),
+    ({"target": {**ESA, "defence": "L3"}, "trials": "auto"}, "config.target.defence"),
+    ({"target": {**ESA, "params": {**ESA["params"], "epsilon": "x"}}}, "config.target.params.epsilon"),
+    ({"target": {"type": "simulated"}}, "config.target.type"),
+])
+def test_sequential_generation_config_that_cannot_run_is_a_422(client, config, param):
+    r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {**SEQ, "trials": "auto", **config}})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["param"] == param, r.json()
+
+
+def test_ksa_with_a_cap_is_accepted(client):
+    """ksa has no design model: with a cap the audit may run (violation or inconclusive only)."""
+    r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {
+        **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0}}, "trials": 2}})
+    assert r.status_code == 202, r.text
+    j = wait_job(client, r.json()["id"], timeout=900)
+    assert j["status"] == "succeeded" and j["verdict"] == "inconclusive", j
+    assert "cap of 2 trials" in j["verdict_reason"] and "no generation power model for ksa" in j["verdict_reason"]
+    assert j["result"]["sequential"]["vote_model"] == "none" and j["result"]["power_unknown"]
+
+
+def test_remote_gateway_sequential_generation(live_server, embedder):
+    """The same test against a remote dpicl gateway (``RemoteGenerationTarget``: C1 and C0 registered
+    once each, one private generate per trial): the cap is honoured, every trial is one gateway
+    call, and the design is computed from the target's params as for an in-process target."""
+    import numpy as np
+
+    from app.audit import Canary
+    from app.audit.gen_power import generation_design, signal_distance
+    from app.audit.gen_queries import resolve_generation_query
+    from app.audit.gen_sequential import run_gen_sequential
+    from app.audit.gen_targets import RemoteGenerationTarget
+
+    ex = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(4)]
+    canary = "zq7 the lighthouse keeper owns eleven violet kites"
+    attack = resolve_generation_query("signal_text", Canary("false_fact", canary, canary))
+    remote = RemoteGenerationTarget(live_server, embedder, "esa", dict(ESA["params"]), max_tokens=4, seeded=True)
+    d = generation_design("esa", remote.params, len(ex), max_tokens=4, white_box=False,
+                          distance=signal_distance(embedder, *attack.labels[:2]))
+    try:
+        r = run_gen_sequential(remote, ex, attack, claimed_epsilon=0.5, delta=1e-5, design=d,
+                               alternatives=["non_private"], alpha=0.05, cap=4, rng=np.random.default_rng(3))
+    finally:
+        remote.close()
+    assert r.trials == remote.calls == 4 and len(remote.datasets) == 2 and r.verdict in ("pass", "inconclusive")
+    assert r.laws["non_private"] == {"positive": [1.0, 0.0]} and r.vote_model == "assumed"
