@@ -14,8 +14,10 @@ stopping time, and the audit may look after every batch.
   X = (1[y1 | canary in] + 1[not y1 | canary out]) / 2 has E[X] <= p0 = (e^eps + delta)/(1 + e^eps)
   under (epsilon, delta)-DP for ANY model and prompt (TPR <= e^eps FPR + delta and
   1 - FPR <= e^eps (1 - TPR) + delta at their symmetric point: ``sequential.max_pair_accuracy``;
-  González et al.'s black-box test of membership accuracy). One bet against E[X] <= p0; crossing
-  1/alpha is a violation, whatever model the target serves.
+  González et al.'s black-box test of membership accuracy), and "both right"
+  1[y1 | in] x 1[not y1 | out] has mean <= p0^2 (``eprocess.max_both_right``). The violation
+  e-value is the average of a bet against each; crossing 1/alpha is a violation, whatever model the
+  target serves.
 * Pass: every required alternative of ``app.audit.gen_power`` (noise x 1/2, 1/4, 1/10, no_noise,
   non_private) is rejected. Under alternative a a trial releases y1 with the probability
   ``gen_power.alternative_release(design, a)`` gives for its hypothesis -- the same per-trial law
