@@ -52,9 +52,15 @@ class BettingEProcess:
             raise ValueError(f"the first bet must lie in [0, {B_MAX}]")
         self.side, self.log_wealth, self.b, self.a = side, 0.0, float(b0), 1.0
 
-    def update(self, y: float, m: float) -> None:
-        r = max(m if self.side > 0 else 1.0 - m, 1e-3)
-        u = self.side * (y - m) / r
+    def update(self, y: float, m: float, side: int | None = None) -> None:
+        """One observation y against the bound m; ``side`` (+1, -1, 0: no bet) overrides the
+        process's own for this step (a predictable direction: the composite null then holds the
+        direction trial by trial, as for ``sequential._Alternative``)."""
+        side = self.side if side is None else side
+        if side == 0:
+            return
+        r = max(m if side > 0 else 1.0 - m, 1e-3)
+        u = side * (y - m) / r
         self.log_wealth = min(_LOG_MAX, self.log_wealth + math.log1p(self.b * u))
         z = -u / (1.0 + self.b * u)  # d/db of -log(1 + b u): ONS step on the betting fraction
         self.a += z * z

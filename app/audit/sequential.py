@@ -16,8 +16,9 @@ looks after every batch and stops when it likes.
     every label's release frequency >= floor whatever the votes, bet on per (label, hypothesis);
   - where the target reports clean and noisy scores (white-box), the noise itself
     (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
-* **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected: a two-sided
-  bet on 1[released == canary label] - mu_a, mu_a the release probability under the alternative
+* **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected: a bet on
+  1[released == canary label] - mu_a pointed towards the claim's mu_c (``_Alternative``: a target
+  more broken than a cannot reject a), mu_a the release probability under the alternative
   given the trial's clean votes (those the target reports, else the one-vote design model of
   tight-auditing Lemma 3.1, stated in the result as ``vote_model: "assumed"``); where a clean tie
   matters (no noise, winner-only) both tie-breaks must be rejected. White-box: averaged with the
@@ -82,7 +83,7 @@ class SequentialResult:
     alpha: float
     e_violation: float
     e_components: dict[str, float]
-    e_alternatives: dict[str, float]  # per required alternative: min over tie-breaks of its two-sided e-value
+    e_alternatives: dict[str, float]  # per required alternative: min over tie-breaks of its directional e-value
     vote_model: str  # observed | assumed
     cap: int
     p0: float  # the claim's largest pair accuracy
@@ -98,32 +99,38 @@ class SequentialResult:
 
 
 class _Alternative:
-    """Two-sided e-processes for H_a: P(release positive | votes, a) = mu, one per tie-break that matters."""
+    """Directional e-processes for H_a: "P(release positive | votes) is mu_a, or further from the
+    claimed noise's mu_c than mu_a" (one per tie-break that matters). Each trial's bet points from
+    mu_a towards mu_c (no bet where they are equal): under H_a the payoff has mean <= 0, so the
+    wealth is a test supermartingale, and a target MORE broken than a (less noise than a) cannot
+    reject a and pass -- a two-sided bet would (found for generation audits, h33-genseq)."""
 
     def __init__(self, name: str, noise: VotingNoise, positive: int, draws: int) -> None:
         self.name = name
+        self.claimed = claimed_noise(noise)
         self.noise = alternative_noise(noise, name)
         self.ties = TIES if (self.noise.applied_scale == 0.0 or self.noise.winner_only) else TIES[:1]
         self.positive, self.draws = positive, draws
-        self.procs = {t: (BettingEProcess(+1), BettingEProcess(-1)) for t in self.ties}
+        self.procs = {t: BettingEProcess(+1) for t in self.ties}
         self._mu: dict[tuple[str, tuple[float, ...]], float] = {}
 
-    def mu(self, votes: np.ndarray, tie: str) -> float:
-        key = (tie, tuple(float(x) for x in votes))
+    def mu(self, votes: np.ndarray, tie: str, claimed: bool = False) -> float:
+        key = ("claimed" if claimed else tie, tuple(float(x) for x in votes))
         if key not in self._mu:
-            self._mu[key] = float(release_probability(self.noise, votes, self.positive, ties=tie,
-                                                      draws=self.draws)[0])
+            noise = self.claimed if claimed else self.noise
+            self._mu[key] = float(release_probability(noise, votes, self.positive, ties=tie, draws=self.draws)[0])
         return self._mu[key]
 
     def update(self, released_positive: float, votes: np.ndarray) -> None:
-        for t, (up, down) in self.procs.items():
+        mc = self.mu(votes, TIES[0], claimed=True)
+        for t, proc in self.procs.items():
             m = self.mu(votes, t)
-            up.update(released_positive, m)
-            down.update(released_positive, m)
+            side = 0 if abs(mc - m) < 1e-12 else (1 if mc > m else -1)
+            proc.update(released_positive, m, side)
 
     @property
     def e(self) -> float:
-        return min(0.5 * (up.e + down.e) for up, down in self.procs.values())
+        return min(p.e for p in self.procs.values())
 
 
 class _ArmState:

@@ -297,3 +297,22 @@ def test_a_target_that_is_the_alternative_passes_at_most_at_the_level(alternativ
                            probe=probe)
         passes += r.verdict == "pass"
     assert passes / runs <= _limit(alpha, runs), passes
+
+
+def test_a_target_more_broken_than_the_alternative_does_not_pass():
+    """Required: noise_half only. The target has a sixth of the noise (more broken than the
+    alternative), seen by its clean votes; the release floor is left out so that the pass test is
+    what decides (the pair bets barely move at 4 partitions). A two-sided bet would reject
+    noise_half for it and pass; the directional bet keeps P(pass) <= alpha."""
+    alpha, runs, t = 0.05, 400, 4
+    params = {"epsilon": 1.0, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}
+    noise = rnm_noise(params, 8)
+    sim = Seen(SimulatedVotingTarget([1, t - 1], [0, t], rnm_noise(params, 8, {"noise_multiplier": 1 / 6})),
+               votes=True)
+    passes = 0
+    for seed in range(runs):
+        r = run_sequential(sim, EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=t,
+                           alternatives=["noise_half"], alpha=alpha, cap=200, rng=np.random.default_rng(seed),
+                           release_floor=False)
+        passes += r.verdict == "pass"
+    assert passes / runs <= _limit(alpha, runs), passes
