@@ -42,7 +42,7 @@ import torch
 from transformers import DynamicCache
 
 from . import passes
-from .budget import device_token_budgets
+from .budget import cpu_pass_cost_tokens, device_token_budgets
 from .chunking import choose_tokens, plan_chunks
 from .cuda_graphs import GraphForward, GraphOptions
 from .decode import DecodeSession
@@ -139,9 +139,15 @@ class HFLanguageModel:
         self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", budgets.model)))
         # What a forward pass costs beyond its tokens, in tokens: rows of a batch are split into
         # chunks of similar length when the padding saved is worth the extra passes (plan_chunks).
-        # CPU: a pass of one token costs ~48 ms, each further token ~3 ms (SmolLM2-135M, 1 thread), so
-        # 16. On a GPU a pass is launch-bound and padding nearly free: 0 keeps the fewest passes.
-        self.pass_cost_tokens: int = max(0, int(opts.get("pass_cost_tokens", 16 if self.device.type == "cpu" else 0)))
+        # CPU: derived from the weights (budget.cpu_pass_cost_tokens: 16 for SmolLM2-135M, whose pass of one
+        # token costs ~48 ms and each further token ~3 ms on 1 thread; ~550 for the 2-layer benchmark model,
+        # whose pass is its LM head's weight read and Python dispatch). On a GPU a pass is launch-bound and
+        # padding nearly free: 0 keeps the fewest passes.
+        if "pass_cost_tokens" in opts:
+            pass_cost = int(opts["pass_cost_tokens"])
+        else:
+            pass_cost = cpu_pass_cost_tokens(model) if self.device.type == "cpu" else 0
+        self.pass_cost_tokens: int = max(0, pass_cost)
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
         # Continuations of one token each (single-token labels) scored from one next-token pass per
         # prompt instead of a second pass over every (prompt, label) pair (passes.py). The same quantity;
