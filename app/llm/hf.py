@@ -56,6 +56,7 @@ from .types import Capabilities, Generation, ModelSpec
 log = logging.getLogger(__name__)
 
 _MERGE_MAX_TOKENS = 32768  # KV row-tokens of one merged decode step (~1.5 GB for a 135M model in float32)
+MERGE_JOB_PASSES = 32  # a CPU scoring job of more prompt tokens than this many passes' cost runs alone
 
 
 @dataclass
@@ -160,11 +161,13 @@ class HFLanguageModel:
         self._lock = threading.RLock()
         sched_opts = SchedulerOptions.from_options(opts)
         if sched_opts.merge_job_tokens is None:
-            # The scheduler's cost rule (BatchScheduler._merges): on a CPU a scoring job of more than 512
-            # prompt tokens is compute-bound and gains nothing from sharing a batch; on a GPU a forward
-            # pass is launch-bound and merging large jobs is where batching pays, so no limit there.
-            sched_opts = replace(sched_opts,
-                                 merge_job_tokens=512 if self.device.type == "cpu" else 0)
+            # The scheduler's cost rule (BatchScheduler._merges): on a CPU a scoring job of more than 32
+            # passes' worth of prompt tokens is compute-bound and gains under ~3% from sharing a batch
+            # (512 tokens for SmolLM2-135M, whose pass costs 16; ~17k for the 2-layer benchmark model, so
+            # its concurrent answers merge); on a GPU a forward pass is launch-bound and merging large
+            # jobs is where batching pays, so no limit there.
+            sched_opts = replace(sched_opts, merge_job_tokens=(
+                MERGE_JOB_PASSES * self.pass_cost_tokens if self.device.type == "cpu" else 0))
         if sched_opts.max_batch_tokens is None:
             sched_opts = replace(sched_opts, max_batch_tokens=budgets.scheduler)
         self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts,

@@ -77,3 +77,10 @@ def test_tiny_rnm_answer_takes_one_pass_with_the_same_scores(tiny32):
     np.testing.assert_allclose(one, two, rtol=0, atol=2e-5)
     assert np.isfinite(one).all() and one.shape == (8, len(conts))
 
+
+
+def test_the_merge_rule_follows_the_pass_cost(lm, tiny32):
+    """A CPU scoring job of more than 32 passes' worth of tokens runs alone: 512 for SmolLM2 (as measured,
+    docs/models.md), ~17k for the tiny model, so its concurrent rnm 8 x 4 answers (~900 tokens) merge."""
+    assert lm.scheduler.opts.merge_job_tokens == 512
+    assert tiny32.scheduler.opts.merge_job_tokens == 32 * tiny32.pass_cost_tokens > 8 * 1000
