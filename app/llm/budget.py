@@ -44,6 +44,26 @@ def bytes_per_token(config: Any, dtype: torch.dtype) -> int:
 
 CPU_MERGE_STEP_TOKENS = 3072
 
+# What one more forward pass costs on a CPU, in tokens (HFLanguageModel.pass_cost_tokens, plan_chunks): a
+# pass reads every weight once (memory-bound, fixed) and each token costs ~2 multiply-adds per weight of the
+# decoder body (compute-bound; the LM head runs on the scored positions only). Calibrated on SmolLM2-135M
+# with one thread (~48 ms per pass, ~3 ms per further token: 16 tokens at 2.53 weight bytes per body FLOP,
+# so ~6.3 FLOP per byte); the 2-layer benchmark model (benchmarks/tiny_model.py: 13 MB of weights, almost
+# all its tied 49152 x 64 embedding, 74k body weights) gets ~550, i.e. one pass for an rnm 8 x 4 answer's rows.
+CPU_FLOP_PER_BYTE = 6.3
+
+
+def cpu_pass_cost_tokens(model: Any) -> int:
+    """The default ``pass_cost_tokens`` of ``model`` on a CPU: a pass's fixed cost over one token's (above)."""
+    params = list(model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in params)
+    heads = {id(m.weight) for m in (model.get_input_embeddings(), model.get_output_embeddings())
+             if m is not None and getattr(m, "weight", None) is not None}
+    body = sum(p.numel() for p in params if id(p) not in heads)
+    if body <= 0:
+        return 0
+    return max(0, int(round(weight_bytes / (2 * body) * CPU_FLOP_PER_BYTE)))
+
 
 @dataclass(frozen=True)
 class TokenBudgets:

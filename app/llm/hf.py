@@ -42,7 +42,7 @@ import torch
 from transformers import DynamicCache
 
 from . import passes
-from .budget import device_token_budgets
+from .budget import cpu_pass_cost_tokens, device_token_budgets
 from .chunking import choose_tokens, plan_chunks
 from .cuda_graphs import GraphForward, GraphOptions
 from .decode import DecodeSession
@@ -56,6 +56,7 @@ from .types import Capabilities, Generation, ModelSpec
 log = logging.getLogger(__name__)
 
 _MERGE_MAX_TOKENS = 32768  # KV row-tokens of one merged decode step (~1.5 GB for a 135M model in float32)
+MERGE_JOB_PASSES = 32  # a CPU scoring job of more prompt tokens than this many passes' cost runs alone
 
 
 @dataclass
@@ -139,9 +140,15 @@ class HFLanguageModel:
         self.max_batch_tokens: int = max(1, int(opts.get("max_batch_tokens", budgets.model)))
         # What a forward pass costs beyond its tokens, in tokens: rows of a batch are split into
         # chunks of similar length when the padding saved is worth the extra passes (plan_chunks).
-        # CPU: a pass of one token costs ~48 ms, each further token ~3 ms (SmolLM2-135M, 1 thread), so
-        # 16. On a GPU a pass is launch-bound and padding nearly free: 0 keeps the fewest passes.
-        self.pass_cost_tokens: int = max(0, int(opts.get("pass_cost_tokens", 16 if self.device.type == "cpu" else 0)))
+        # CPU: derived from the weights (budget.cpu_pass_cost_tokens: 16 for SmolLM2-135M, whose pass of one
+        # token costs ~48 ms and each further token ~3 ms on 1 thread; ~550 for the 2-layer benchmark model,
+        # whose pass is its LM head's weight read and Python dispatch). On a GPU a pass is launch-bound and
+        # padding nearly free: 0 keeps the fewest passes.
+        if "pass_cost_tokens" in opts:
+            pass_cost = int(opts["pass_cost_tokens"])
+        else:
+            pass_cost = cpu_pass_cost_tokens(model) if self.device.type == "cpu" else 0
+        self.pass_cost_tokens: int = max(0, pass_cost)
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
         # Continuations of one token each (single-token labels) scored from one next-token pass per
         # prompt instead of a second pass over every (prompt, label) pair (passes.py). The same quantity;
@@ -154,11 +161,13 @@ class HFLanguageModel:
         self._lock = threading.RLock()
         sched_opts = SchedulerOptions.from_options(opts)
         if sched_opts.merge_job_tokens is None:
-            # The scheduler's cost rule (BatchScheduler._merges): on a CPU a scoring job of more than 512
-            # prompt tokens is compute-bound and gains nothing from sharing a batch; on a GPU a forward
-            # pass is launch-bound and merging large jobs is where batching pays, so no limit there.
-            sched_opts = replace(sched_opts,
-                                 merge_job_tokens=512 if self.device.type == "cpu" else 0)
+            # The scheduler's cost rule (BatchScheduler._merges): on a CPU a scoring job of more than 32
+            # passes' worth of prompt tokens is compute-bound and gains under ~3% from sharing a batch
+            # (512 tokens for SmolLM2-135M, whose pass costs 16; ~17k for the 2-layer benchmark model, so
+            # its concurrent answers merge); on a GPU a forward pass is launch-bound and merging large
+            # jobs is where batching pays, so no limit there.
+            sched_opts = replace(sched_opts, merge_job_tokens=(
+                MERGE_JOB_PASSES * self.pass_cost_tokens if self.device.type == "cpu" else 0))
         if sched_opts.max_batch_tokens is None:
             sched_opts = replace(sched_opts, max_batch_tokens=budgets.scheduler)
         self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts,

@@ -45,10 +45,11 @@ class ModelSpec:
       ``mode``, ``rows``, ``lengths``, ``max_tokens``, ``warmup_s``; app/llm/cuda_graphs.py),
       ``scheduler`` (dict: ``enabled``, ``max_batch_tokens`` (default 4096 on CPU, the model's on CUDA),
       ``max_wait_ms``, ``max_queue``,
-      ``isolate_tenants``, ``merge_job_tokens`` (default 512 on CPU, 0 = no limit on GPU: a scoring job
+      ``isolate_tenants``, ``merge_job_tokens`` (default 32 x pass_cost_tokens on CPU, 512 for SmolLM2; 0 = no limit on GPU: a scoring job
       of more row tokens runs alone); app/llm/scheduler.py, docs/models.md), ``merge_step_tokens`` (int,
       default 3072 on CPU, scaled with the token budget on CUDA: KV row-tokens a merged decode step may copy per forward pass it saves, 0: never
-      merge; docs/models.md#decode-batching), ``pass_cost_tokens`` (int, default 16 on CPU, 0 on GPU:
+      merge; docs/models.md#decode-batching), ``pass_cost_tokens`` (int, default on CPU from the weights, budget.cpu_pass_cost_tokens: 16 for
+      SmolLM2-135M; 0 on GPU:
       the cost of one more forward pass in tokens, against which a batch's padding is weighed when it is
       split into chunks; 0: fewest chunks).
     """

@@ -23,6 +23,7 @@ Noise:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -141,6 +142,16 @@ def resolve_partitions(p: RNMParams, n: int) -> int:
     return t
 
 
+@functools.lru_cache(maxsize=256)
+def _gaussian_calibration(epsilon: float, delta: float, l2: float, method: str) -> tuple[float, float, str, tuple[str, ...]]:
+    """(sigma, achieved epsilon, method, warnings) of ``calibrate_gaussian``: a pure function of its
+    arguments, solved once per distinct (epsilon, delta, sensitivity, method) instead of twice per
+    answer (the cost before the model work, the noise after it; ~1 ms of root finding each). A
+    calibration that fails raises every time (lru_cache keeps no exceptions)."""
+    cal = calibrate_gaussian(epsilon, delta, sensitivity=l2, method=method)
+    return cal.value, cal.epsilon, cal.method, tuple(cal.warnings)
+
+
 def plan_noise(p: RNMParams, n: int) -> NoisePlan:
     t = resolve_partitions(p, n)
     change = sens.unit_change(
@@ -151,13 +162,13 @@ def plan_noise(p: RNMParams, n: int) -> NoisePlan:
     l2 = sens.vote_l2_sensitivity(change)
     if p.noise == "gaussian":
         try:
-            cal = calibrate_gaussian(p.epsilon, p.delta, sensitivity=l2, method=p.calibration)
+            sigma, achieved, method, warnings = _gaussian_calibration(p.epsilon, p.delta, l2, p.calibration)
         except PrivacyInputError as exc:
             param = {"target_epsilon": "epsilon"}.get(exc.param or "", exc.param)
             raise MechanismParamError(exc.message, param=param) from None
         return NoisePlan(
-            "gaussian", cal.value, cal.epsilon, p.delta, change, l2, t, f"gaussian-{cal.method}",
-            GaussianEvent(sigma=cal.value, sensitivity=l2), tuple(cal.warnings),
+            "gaussian", sigma, achieved, p.delta, change, l2, t, f"gaussian-{method}",
+            GaussianEvent(sigma=sigma, sensitivity=l2), warnings,
         )
     if p.noise == "laplace":
         b = sens.laplace_rnm_scale(p.epsilon, change)
