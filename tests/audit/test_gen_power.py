@@ -23,9 +23,9 @@ from app.audit.gen_power import (
     assess_generation_power,
     gen_design_power,
     generation_design,
-    plan_generation,
     signal_distance,
 )
+from app.audit.gen_plan import plan_generation
 from app.audit.gen_queries import DEFAULT_SIGNALS
 from app.audit.gen_targets import GenerationMechanismTarget
 from app.audit.power import ceiling_epsilon, per_threat_model_confidence
@@ -189,7 +189,9 @@ def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
 
 
 def test_unmodelled_mechanisms_say_why():
-    with pytest.raises(NoPowerModel, match="ksa"):
+    with pytest.raises(NoPowerModel, match="no privacy claim"):
+        _design("zero_shot", {})
+    with pytest.raises(NoPowerModel, match="signal texts"):  # ksa's law is computed from y1 and y0
         _design("ksa", {"epsilon": 2.0, "delta": 1e-5})
 
 
@@ -304,7 +306,8 @@ def test_a_design_that_cannot_reach_power_names_one_that_can():
     ("clip_softmax", {"epsilon": 1.0, "partitions": 2}, "config.target.params.partitions"),
     ("poe", {"epsilon": 1e300}, "config.target.params"),  # the mechanism's own RDP overflows: a 422, not a 500
     ("mozo", {"epsilon": 1e300}, "config.target.params"),
-    ("ksa", {"epsilon": 1.0}, "config.target.mechanism"),
+    ("ksa", {"epsilon": 1.0, "partitions": 5}, "config.target.params.partitions"),
+    ("zero_shot", {}, "config.target.mechanism"),
 ])
 def test_bad_generation_plan_is_an_error_naming_the_field(mech, params, param):
     from app.jobs.errors import JobConfigError
