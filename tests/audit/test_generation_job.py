@@ -77,11 +77,48 @@ def test_plan_covers_esa_generation_audits(client):
     assert {k: rep.alternatives[k].detection for k in DEFAULT_GEN_REQUIRED} == c["detection"]
     rec = out["recommended"]
     assert rec is None or (rec["trials"] and all(v >= 0.9 for v in rec["detection"].values()))
-    # ksa has no design model: a 422 that says so, naming the field
+    # a mechanism without a privacy claim has no design model: a 422 that says so, naming the field
     bad = client.post("/v1/audits/plan", json={"kind": "canary_mia",
-                                               "config": {**cfg, "target": {**ESA, "mechanism": "ksa"}}})
+                                               "config": {**cfg, "target": {**ESA, "mechanism": "zero_shot"}}})
     assert bad.status_code == 422 and bad.json()["error"]["param"] == "config.target.mechanism", bad.text
-    assert "ksa" in bad.json()["error"]["message"]
+    assert "zero_shot" in bad.json()["error"]["message"]
+
+
+KSA = {"type": "mechanism", "mechanism": "ksa",
+       "params": {"epsilon": 2.0, "delta": 1e-5, "partitions": 4, "shots_per_partition": 1}}
+
+
+def test_plan_covers_ksa_generation_audits(client):
+    """POST /v1/audits/plan answers 200 for a ksa target (app.audit.gen_power_ksa): 4 partitions
+    see no_noise and non_private with the planned trials, the prediction equal to gen_design_power
+    for the same design; the default alternatives have no common design at claim 2, and the plan
+    names one per alternative."""
+    from app.audit.gen_power import gen_design_power, generation_design
+    from app.audit.gen_queries import DEFAULT_SIGNALS
+
+    req = ["no_noise", "non_private"]
+    cfg = {"task": "generation", "target": KSA, "dataset": {"size": 4}, "max_tokens": 8, "threat_model": "black-box",
+           "power": {"alternatives": req}}
+    r = client.post("/v1/audits/plan", json={"kind": "canary_mia", "config": cfg})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["mechanism"] == "ksa" and out["alternatives"] == req and out["signal_distance"] is None
+    c = out["configured"]
+    assert c["threat_model"] == "black-box" and c["partitions"] == 4 and c["trials"]
+    assert c["model_calls"] == c["trials"] * 5  # 4 partitions + the zero-shot prompt per answer
+    d = generation_design("ksa", KSA["params"], 4, max_tokens=8, white_box=False, distance=None,
+                          signals=DEFAULT_SIGNALS)
+    rep = gen_design_power(d, trials=c["trials"], claimed_epsilon=out["claimed_epsilon"], confidence=0.95,
+                           threat_models=("black-box",), delta=out["delta"], required=req)
+    assert {k: rep.alternatives[k].detection for k in req} == c["detection"] and rep.sufficient
+    assert any("keyword" in n for n in out["notes"])
+    full = client.post("/v1/audits/plan", json={"kind": "canary_mia",
+                                                "config": {**cfg, "power": {"alternatives": ["noise_tenth",
+                                                                                             "no_noise"]}}})
+    assert full.status_code == 200, full.text
+    f = full.json()
+    assert f["recommended"] is None and set(f["each_alternative_alone"]) == {"noise_tenth", "no_noise"}
+    assert any("each alone (one audit each): noise_tenth" in n for n in f["notes"])
 
 
 def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):

@@ -132,7 +132,8 @@ def _other_design(config: Any, claim: float, target: Any) -> str:
         return f"{head}, and the planner has no design ({exc.message})"
     rec = plan.get("recommended")
     if rec is None:
-        return f"{head}, nor does any design of the planner: " + plan["notes"][-1]
+        why = [n for n in plan["notes"] if n.startswith("no design detects")]
+        return f"{head}, nor does any design of the planner: " + (why[0] if why else plan["notes"][-1])
     unit = {"esa": "partitions", "ksa": "partitions", "clip_softmax": "prompts", "poe": "experts",
             "mozo": "experts"}.get(plan["mechanism"], "units")
     return (f"{head}; one that can: {rec['threat_model']}, {unit} {rec['partitions']}, max_tokens "
