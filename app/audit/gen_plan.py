@@ -54,7 +54,7 @@ def plan_generation(mechanism: str, params: Mapping[str, Any], *, exemplars: int
                     min_detection: float = DEFAULT_MIN_DETECTION, threshold_fraction: float = 0.5,
                     candidates: Sequence[int] = tuple(range(1, 9)), max_trials: int = 20_000,
                     seconds_per_trial: float | None = None, prompts_per_unit_extra: int = 0,
-                    signals: Sequence[str] | None = None) -> dict[str, Any]:
+                    signals: Sequence[str] | None = None, noise_dims: int = 0) -> dict[str, Any]:
     """The configured design's plan, and the cheapest design this audit can run whose verdict could
     say pass: unit counts 1-8 (T x shots <= exemplars), for the token mechanisms also shorter
     answers (the claim composes ``max_tokens`` steps; one decides), and ESA's white-box margin where
@@ -79,7 +79,7 @@ def plan_generation(mechanism: str, params: Mapping[str, Any], *, exemplars: int
             if int(p.get(shot) or 1) * t > exemplars:
                 p.pop(shot, None)
         d = generation_design(mechanism, p, exemplars, max_tokens=tokens, white_box="white-box" in tms and white_box,
-                              distance=distance, signals=signals)
+                              distance=distance, signals=signals, noise_dims=noise_dims)
         rep = _report_fn(d, common, alts, tms)
         n = smallest_trials(rep, max_trials)
         r = rep(n, True) if n is not None else rep(max_trials)

@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from app.audit.conformance import conformance_confidence, conformance_power
 from app.audit.estimates import bound_curves
 from app.audit.power import (
     DEFAULT_MIN_DETECTION,
@@ -108,6 +109,7 @@ class GenerationDesign:
     white_box: bool = False  # the audit's white-box margin runs (ESA internals)
     signal_distance: float | None = None  # ESA: ||e(y1) - e(y0)||
     coverage: float = 1.0  # P(the canary is in a used unit): units x shots / exemplars (a random subset is used)
+    noise_dims: int = 0  # ESA white-box: noise draws observed per trial (noisy - clean mean: the embedding dim)
 
     @property
     def model_note(self) -> str:
@@ -141,13 +143,19 @@ def signal_distance(embedder: Any, y1: str, y0: str) -> float:
     return float(np.linalg.norm(e[0] - e[1]))
 
 
+def embedding_dims(embedder: Any, text: str) -> int:
+    """The embedding dimension: ESA's noise draws per answer (one per coordinate of the mean)."""
+    return int(np.asarray(embedder.embed([text]), dtype=float).shape[-1])
+
+
 def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: int, *, max_tokens: int,
                       white_box: bool, distance: float | None,
-                      signals: Sequence[str] | None = None) -> GenerationDesign:
+                      signals: Sequence[str] | None = None, noise_dims: int = 0) -> GenerationDesign:
     """The mechanism's own calibration (``configure``) for ``n_exemplars`` and ``params`` (epsilon,
     delta, adjacency and its own), turned into the design model (``ksa``: from the signal texts
     (y1, y0), ``app.audit.gen_power_ksa``). Raises ``NoPowerModel`` for the mechanisms the model
-    does not cover and the mechanism's ``MechanismParamError`` for bad params."""
+    does not cover and the mechanism's ``MechanismParamError`` for bad params. ``noise_dims``: ESA's
+    white-box run observes its noise (noisy - clean mean), that many draws per trial."""
     from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
 
     if mechanism in NOT_MODELLED:
@@ -168,7 +176,8 @@ def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: in
         t, r = int(cfg.partitions), min(1.0, float(cfg.clip_norm))
         return GenerationDesign("esa", t, float(cfg.noise.sigma), r * distance * (1.0 / t - 0.5),
                                 -r * distance / 2.0, "gaussian", white_box, distance,
-                                _coverage(t * cfg.shots_per_partition, n_exemplars))
+                                _coverage(t * cfg.shots_per_partition, n_exemplars),
+                                int(noise_dims) if white_box else 0)
     if mechanism == "clip_softmax":
         s, c = int(cfg.prompts), float(cfg.clip)
         return GenerationDesign("clip_softmax", s, float(cfg.temperature), 2.0 * c * (2 - s) / s, -2.0 * c,
@@ -268,6 +277,9 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
     black = "black-box" in tms
     wb_det = (_split_detection(trials, threshold_fraction, claimed_epsilon, conf, delta, design.coverage)
               if design.white_box and "white-box" in tms else None)
+    # ESA white-box: every trial's noise draws (noisy - clean mean) tested against the claimed sigma
+    draws = trials * design.noise_dims if design.white_box and "white-box" in tms else 0
+    conf_c = conformance_confidence(confidence)
     alts: dict[str, AlternativePower] = {}
     for name, mult in GEN_ALTERNATIVES.items():
         if only_required and name not in required:
@@ -286,17 +298,24 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
             a.note = "the full-context release: the model reads the canary and answers y1, else y0"
         elif name == "claimed":
             a.note = "the claimed mechanism: detection here is a false alarm, <= 1 - confidence by the bound's validity"
+        elif design.white_box and draws:
+            a.note = ("white-box: the observed noise (noisy - clean mean, trials x dims draws) tested against the "
+                      "claimed sigma: the chi-square scale test's exact power (the KS and zero tests only add)")
         elif design.white_box:
             a.note = "black-box detection only: a lower bound of the audit's power (the white-box margin is noisy)"
+        if draws and mult is not None:
+            a.detection_conformance = (1.0 - conf_c if name == "claimed" else
+                                       conformance_power("gaussian", draws, mult, confidence=conf_c))
         alts[name] = a
     noise_free_blind = min(design.release(0.0, t)[0] - design.release(0.0, t)[1] for t in ("positive", "other")) <= 0
     rep = PowerReport(claimed_epsilon, conf, delta, half, half, ceiling, "assumed", design.model_note,
                       {"mechanism": design.mechanism, "units": design.units, "noise_scale": design.scale,
                        "signal_distance": design.signal_distance, "white_box": design.white_box,
-                       "release_changes_without_noise": not noise_free_blind, "trials": 2 * half},
+                       "release_changes_without_noise": not noise_free_blind, "trials": 2 * half,
+                       "noise_draws_tested": draws},
                       alts, tuple(required), min_detection)
     reasons: list[str] = []
-    if claimed_epsilon >= ceiling and not (wb_det and wb_det >= min_detection):
+    if claimed_epsilon >= ceiling and not (wb_det and wb_det >= min_detection) and not draws:
         reasons.append(f"{half} + {half} counted trials at confidence {conf:.4g} cannot show a bound above "
                        f"{ceiling:.3g}, so a claim of {claimed_epsilon:g} can never be refuted: add trials")
     for name in required:
@@ -353,10 +372,11 @@ def assess_generation_power(result: Any, target: Any, n_exemplars: int, claimed_
 
 def assess_design(result: Any, target: Any, n_exemplars: int) -> GenerationDesign:
     """The design model of a finished campaign's target (its mechanism, params and answer length;
-    the signal distance measured by its embedder)."""
+    the signal distance measured by its embedder; ESA's noise draws where its conformance ran)."""
     mech = target.mechanism if isinstance(target.mechanism, str) else target.mechanism.name
     a = result.attack
     distance = signal_distance(target.decider.embedder, a.labels[0], a.labels[1]) if mech == "esa" else None
+    dims = embedding_dims(target.decider.embedder, a.labels[0]) if getattr(result, "conformance", None) else 0
     return generation_design(mech, target.params, n_exemplars, max_tokens=int(target.max_tokens),
                              white_box="white-box" in result.estimates, distance=distance,
-                             signals=tuple(a.labels[:2]) if mech == "ksa" else None)
+                             signals=tuple(a.labels[:2]) if mech == "ksa" else None, noise_dims=dims)

@@ -35,6 +35,13 @@ def _distance(y1: str, y0: str, embedder: Any) -> float:
     return signal_distance(embedder, y1, y0)
 
 
+def _dims(y1: str, embedder: Any) -> int:
+    """ESA's noise draws per answer a white-box run observes (the server's embedding dimension)."""
+    from app.audit.gen_power import embedding_dims
+
+    return embedding_dims(embedder, y1) if embedder is not None else 0
+
+
 def threat_models(config: Any) -> tuple[str, ...]:
     from app.jobs.kinds.canary_design import _white_box_runs
 
@@ -75,7 +82,7 @@ def plan_generation_audit(config: Any, claimed_epsilon: float | None, seconds_pe
             alternatives=list(config.power.alternatives), min_detection=config.power.min_detection,
             threshold_fraction=config.threshold_fraction, seconds_per_trial=seconds_per_trial,
             prompts_per_unit_extra=int(params.get("candidates", 20)) if t.mechanism == "esa" else 1,
-            signals=(y1, y0))
+            signals=(y1, y0), noise_dims=_dims(y1, embedder) if t.mechanism == "esa" else 0)
     except NoPowerModel as exc:
         raise JobConfigError(f"no generation power model for {t.mechanism}: {exc}",
                              param="config.target.mechanism") from None
