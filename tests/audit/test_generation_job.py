@@ -56,11 +56,11 @@ def test_reference_vector_needs_generation(client):
     assert r.status_code == 422 and r.json()["error"]["param"] == "config.statistic", r.text
 
 
-def test_plan_covers_esa_generation_audits(client):
+def test_plan_covers_esa_generation_audits(client, embedder):
     """POST /v1/audits/plan answers 200 for an esa target: designs with trials and the detection of
     the generation alternatives, the signal distance measured by the served MiniLM, and the
     configured design's prediction equal to gen_design_power for it (one power model)."""
-    from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design
+    from app.audit.gen_power import DEFAULT_GEN_REQUIRED, embedding_dims, gen_design_power, generation_design
 
     cfg = {"task": "generation", "target": ESA, "dataset": {"size": 4}, "max_tokens": 8}
     r = client.post("/v1/audits/plan", json={"kind": "canary_mia", "config": cfg})
@@ -70,7 +70,9 @@ def test_plan_covers_esa_generation_audits(client):
     assert 0.0 < out["signal_distance"] < 2.0
     c = out["configured"]
     assert c["threat_model"] == "white-box" and set(c["detection"]) == set(DEFAULT_GEN_REQUIRED)
-    d = generation_design("esa", ESA["params"], 4, max_tokens=8, white_box=True, distance=out["signal_distance"])
+    dims = embedding_dims(embedder, "x")  # the white-box run tests trials x dims noise draws (MiniLM: 384)
+    d = generation_design("esa", ESA["params"], 4, max_tokens=8, white_box=True, distance=out["signal_distance"],
+                          noise_dims=dims)
     n = c["trials"] or 20_000
     rep = gen_design_power(d, trials=n, claimed_epsilon=out["claimed_epsilon"], confidence=0.95,
                            threat_models=("black-box", "white-box"), delta=out["delta"], required=DEFAULT_GEN_REQUIRED)
