@@ -118,9 +118,9 @@ def generation_conformance(target: Any, n_exemplars: int, observations: Sequence
     from app.audit.conformance import conformance_confidence, noise_conformance
     from app.audit.noise import VotingNoise
 
-    noisy = [getattr(o, "noisy_vector", None) for o in observations]
-    clean = [getattr(o, "clean_vector", None) for o in observations]
-    if not observations or any(v is None for v in noisy + clean):
+    noisy = [v for o in observations if (v := getattr(o, "noisy_vector", None)) is not None]
+    clean = [v for o in observations if (v := getattr(o, "clean_vector", None)) is not None]
+    if not observations or len(noisy) < len(observations) or len(clean) < len(observations):
         return None
     sigma = getattr(target, "claimed_sigma", lambda n: None)(n_exemplars)
     if sigma is None:
