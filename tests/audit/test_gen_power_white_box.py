@@ -10,12 +10,15 @@ noise_half / noise_quarter / noise_tenth in place of the black-box lower bound.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from app.audit import Canary, CampaignConfig, run_campaign
 from app.audit.conformance import conformance_confidence, conformance_power, noise_conformance
 from app.audit.gen_power import gen_design_power
+from app.audit.gen_targets import GenerationMechanismTarget
 from app.audit.noise import VotingNoise
 from app.mechanisms import esa
 from tests.audit.test_gen_power import CANARY, EX, TEMPLATE, _design, esa_target
@@ -71,7 +74,8 @@ def test_white_box_power_uses_the_noise_test_for_noisy_alternatives():
 
 def test_white_box_campaign_tests_the_observed_noise():
     """A real white-box campaign against the in-process esa target runs the conformance on its
-    trials x 8 noise draws and a correct mechanism conforms; a scaled-down sigma is flagged."""
+    trials x 8 noise draws and a correct mechanism conforms; one whose noise is a quarter of the
+    claimed sigma is a violation in the job's own verdict."""
     tgt = esa_target(4)
     res = run_campaign(tgt, EX, Canary("false_fact", CANARY, CANARY), "signal_text", task_labels=[],
                        template=TEMPLATE, config=CampaignConfig(trials=20), rng=np.random.default_rng(3))
@@ -82,10 +86,23 @@ def test_white_box_campaign_tests_the_observed_noise():
                       template=TEMPLATE, config=CampaignConfig(trials=6, threat_models=("black-box",)),
                       rng=np.random.default_rng(3))
     assert bb.conformance is None
-    # the same trials' noise at a quarter of the claimed sigma (what a mis-calibrated ESA releases)
-    rng = np.random.default_rng(4)
-    clean = np.vstack([np.asarray(o, dtype=float) for o in [rng.normal(size=8)] * 20])
-    noisy = clean + rng.normal(0.0, c.claimed_scale / 4, size=clean.shape)
-    bad = noise_conformance(clean, noisy, None, VotingNoise("gaussian", c.claimed_scale, 2.0, 1e-5),
-                            confidence=conformance_confidence(0.95))
-    assert not bad.conformant and "noise scale" in bad.findings[0]
+    # a mis-calibrated esa (noise at a quarter of the claimed sigma) is a violation in the job's verdict
+    from app.jobs.kinds.canary_gen import generation_power
+    from app.jobs.kinds.canary_mia import CanaryMIAConfig, CanaryMIAKind
+
+    bad = QuarterNoiseESA(tgt.lm, tgt.embedder, "esa", tgt.params, TEMPLATE, max_tokens=8)
+    res = run_campaign(bad, EX, Canary("false_fact", CANARY, CANARY), "signal_text", task_labels=[],
+                       template=TEMPLATE, config=CampaignConfig(trials=20), rng=np.random.default_rng(3))
+    assert not res.conformance.conformant and "noise scale x0.2" in res.conformance.findings[0]
+    config = CanaryMIAConfig.model_validate({"task": "generation"})
+    result = {**res.to_dict(), **generation_power(res, bad, len(EX), 2.0, config)}
+    assert CanaryMIAKind().verdict(result, 2.0, None) == "violation"
+    assert result["verdict_reason"].startswith("implementation does not match its claim: noise scale")
+
+
+class QuarterNoiseESA(GenerationMechanismTarget):
+    """A broken esa: it reports (and releases from) noise at a quarter of the claimed sigma."""
+
+    def observe(self, context, attack, rng):
+        o = super().observe(context, attack, rng)
+        return dataclasses.replace(o, noisy_vector=o.clean_vector + (o.noisy_vector - o.clean_vector) / 4)
