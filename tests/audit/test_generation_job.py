@@ -156,3 +156,24 @@ def test_esa_audit_with_planned_trials_passes(client):
     assert r["power"]["sufficient"] and r["power"]["alternatives"]["non_private"]["detection"] == 1.0
     assert j["verdict"] == "pass", r["verdict_reason"]
     assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]
+
+
+def test_ksa_audit_with_planned_trials_passes(client):
+    """A ksa audit through the jobs API on the bundled models ends pass: trials 'auto' plans the
+    design on the worker (claim 0.5, alternative non_private: the black-box ceiling of the planned
+    trials exceeds the claim), the correct mechanism's bound stays below it, and the verdict's power
+    is the plan's (app.audit.gen_power_ksa)."""
+    target = {**KSA, "params": {**KSA["params"], "epsilon": 0.5}}
+    job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
+                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
+                                        "trials": "auto", "max_tokens": 6, "seed": 13,
+                                        "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    n = r["plan"]["configured"]["trials"]
+    assert n == r["trials_total"] == r["target_calls"] and r["plan"]["mechanism"] == "ksa"
+    assert r["power"]["sufficient"] and "keyword" in r["power"]["vote_model_note"]
+    assert r["power"]["alternatives"]["non_private"]["detection"] == r["plan"]["configured"]["detection"]["non_private"]
+    assert j["verdict"] == "pass", r["verdict_reason"]
+    assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]
