@@ -46,8 +46,12 @@ Bin(n/2, fpr)): ``power.detection_probability``, exact. ESA's white-box margin
 d0 - d1 of the noisy mean is modelled only where it is deterministic (no noise):
 the threshold chosen on the selection trials separates the two values, so the
 bound is the ceiling of the counted split (hypergeometric, exact; a grown split
-counts as a miss). For noisy alternatives the black-box detection is reported: a
-lower bound of the audit's power (its headline is the larger bound).
+counts as a miss). The white-box run also observes ESA's noise (noisy - clean mean,
+``noise_dims`` draws per trial; ``gen_targets.generation_conformance``) and tests it against
+the claimed sigma: against noise x f its chi-square scale test has the exact power
+``conformance.conformance_power`` (sum (f Z)^2 = f^2 chi2(trials x dims)), and no noise gives zero
+residuals (power 1); this ``detection_conformance`` replaces the black-box lower bound for the
+noisy alternatives. Without observed draws the black-box detection is reported: a lower bound.
 
 ``ksa`` (keywords released by propose-test-release, then a zero-shot generation) has no per-token
 law; its exact release law under the same design model is in ``app.audit.gen_power_ksa``
