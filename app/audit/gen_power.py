@@ -298,6 +298,7 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
             if wb_det is not None:
                 a.detection_white_box = wb_det
                 a.note += "; white-box: the noise-free margin takes one value per hypothesis (exact split law)"
+                a.note += "; its observed noise is all zeros (the noise test flags it)" if draws else ""
         elif mult is None:
             a.note = "the full-context release: the model reads the canary and answers y1, else y0"
         elif name == "claimed":
