@@ -35,7 +35,6 @@ keyword itself is released only through an unstable set passing the test (probab
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -157,21 +156,3 @@ def ksa_design(cfg: Any, n_exemplars: int, signals: Sequence[str] | None) -> KSA
         for ties in (("positive", "other") if mult == 0.0 else ("positive",)):
             rows.append((float(mult), ties, *base.unit_release(float(mult), ties)))
     return replace(base, table=tuple(rows))
-
-
-def law_summary(design: KSADesign) -> dict[str, Any]:
-    """What the design model's law rests on (for a report): the keywords each side alone has and
-    the claimed noise (Gumbel scale 2D / epsilon_EM, PTR sd D sigma, delta0)."""
-    y1o, y0o = design.keyword_sides()
-    b = design.config.budget
-    d = float(design.config.gap_sensitivity)
-    return {"y1_only_keywords": len(y1o), "y0_only_keywords": len(y0o), "gap_sensitivity": d,
-            "gumbel_scale": 2.0 * d / b.epsilon_em, "ptr_noise_std": d * b.noise_multiplier,
-            "ptr_delta0": b.delta0, "max_keywords": int(design.config.max_keywords),
-            "ptr_threshold_gap": d + d * b.noise_multiplier * _z(b.delta0)}
-
-
-def _z(delta0: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.isf(delta0)) if 0.0 < delta0 < 1.0 else math.inf
