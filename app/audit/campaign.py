@@ -216,8 +216,10 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
     bb_scores: list[float | None] = []
     vectors: list[np.ndarray | None] = []
     cleans: list[np.ndarray | None] = []
+    observed = []  # generation white-box: ESA's noise conformance reads the noisy and clean means
     for i, (ctx, g) in enumerate(zip(plan.contexts, rngs)):
         obs = target.observe(ctx, attack, g)
+        observed.append(obs)
         labels.append(obs.label)
         scores.append(obs.noisy_scores)
         cleans.append(getattr(obs, "clean_votes", None))
@@ -290,6 +292,10 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
             extras["conformance"] = noise_conformance(cv, np.vstack(noisy_rows), None if judged else released,
                                                       _claimed(noise),
                                                       confidence=CONFORMANCE_CONFIDENCE(config.confidence))
+    if generation_attack(attack) and "white-box" in tms:
+        from app.audit.gen_targets import generation_conformance
+
+        extras["conformance"] = generation_conformance(target, len(ex), observed, config.confidence)
     parts = _partitions(target, len(ex))
     if noise is not None and len(attack.labels) == 2 and parts and _mechanism_name(target) == "rnm" and not judged:
         extras["release_floor"] = release_floor(released, attack.labels, _claimed(noise), parts,

@@ -46,12 +46,19 @@ Bin(n/2, fpr)): ``power.detection_probability``, exact. ESA's white-box margin
 d0 - d1 of the noisy mean is modelled only where it is deterministic (no noise):
 the threshold chosen on the selection trials separates the two values, so the
 bound is the ceiling of the counted split (hypergeometric, exact; a grown split
-counts as a miss). For noisy alternatives the black-box detection is reported: a
-lower bound of the audit's power (its headline is the larger bound).
+counts as a miss). The white-box run also observes ESA's noise (noisy - clean mean,
+``noise_dims`` draws per trial; ``gen_targets.generation_conformance``) and tests it against
+the claimed sigma: against noise x f its chi-square scale test has the exact power
+``conformance.conformance_power`` (sum (f Z)^2 = f^2 chi2(trials x dims)), and no noise gives zero
+residuals (power 1); this ``detection_conformance`` replaces the black-box lower bound for the
+noisy alternatives. Without observed draws the black-box detection is reported: a lower bound.
 
-Not modelled (power unknown, no pass): ``ksa`` (keywords released by
-propose-test-release, then a zero-shot generation: no per-token law of the signal), the repeat
-attack (a thresholded similarity score), the L3 judge, contextleak insertion.
+``ksa`` (keywords released by propose-test-release, then a zero-shot generation) has no per-token
+law; its exact release law under the same design model is in ``app.audit.gen_power_ksa``
+(``KSADesign``), which ``generation_design`` returns for it.
+
+Not modelled (power unknown, no pass): the repeat attack (a thresholded similarity score), the L3
+judge, contextleak insertion.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from app.audit.conformance import conformance_confidence, conformance_power
 from app.audit.estimates import bound_curves
 from app.audit.power import (
     DEFAULT_MIN_DETECTION,
@@ -80,11 +88,8 @@ GEN_ALTERNATIVES: dict[str, float | None] = {
     "non_private": None,
 }
 DEFAULT_GEN_REQUIRED = ("noise_tenth", "no_noise", "non_private")
-MODELLED = ("esa", "clip_softmax", "poe", "mozo")
-NOT_MODELLED = {
-    "ksa": "ksa releases keywords by propose-test-release and then generates zero-shot: no per-token law of the "
-           "signal text to compute",
-}
+MODELLED = ("esa", "clip_softmax", "poe", "mozo", "ksa")
+NOT_MODELLED: dict[str, str] = {}  # mechanism -> why it has no design model (every private one has one now)
 GEN_MODEL_NOTE = ("design model (not observed): the canary's unit answers y1 and every other unit y0, the public "
                   "candidates offer both signal texts, one decisive token separates them (the auditor's best "
                   "case, as tight-auditing Lemma 3.1 for votes); a model that does not follow the signal query "
@@ -108,6 +113,11 @@ class GenerationDesign:
     white_box: bool = False  # the audit's white-box margin runs (ESA internals)
     signal_distance: float | None = None  # ESA: ||e(y1) - e(y0)||
     coverage: float = 1.0  # P(the canary is in a used unit): units x shots / exemplars (a random subset is used)
+    noise_dims: int = 0  # ESA white-box: noise draws observed per trial (noisy - clean mean: the embedding dim)
+
+    @property
+    def model_note(self) -> str:
+        return GEN_MODEL_NOTE
 
     def release(self, multiplier: float | None, ties: str = "positive") -> tuple[float, float]:
         """(P(y1 | canary in), P(y1 | canary out)) under the alternative (exact in the design model)."""
@@ -150,11 +160,19 @@ def signal_distance(embedder: Any, y1: str, y0: str) -> float:
     return float(np.linalg.norm(e[0] - e[1]))
 
 
+def embedding_dims(embedder: Any, text: str) -> int:
+    """The embedding dimension: ESA's noise draws per answer (one per coordinate of the mean)."""
+    return int(np.asarray(embedder.embed([text]), dtype=float).shape[-1])
+
+
 def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: int, *, max_tokens: int,
-                      white_box: bool, distance: float | None) -> GenerationDesign:
+                      white_box: bool, distance: float | None,
+                      signals: Sequence[str] | None = None, noise_dims: int = 0) -> GenerationDesign:
     """The mechanism's own calibration (``configure``) for ``n_exemplars`` and ``params`` (epsilon,
-    delta, adjacency and its own), turned into the design model. Raises ``NoPowerModel`` for the
-    mechanisms the model does not cover and the mechanism's ``MechanismParamError`` for bad params."""
+    delta, adjacency and its own), turned into the design model (``ksa``: from the signal texts
+    (y1, y0), ``app.audit.gen_power_ksa``). Raises ``NoPowerModel`` for the mechanisms the model
+    does not cover and the mechanism's ``MechanismParamError`` for bad params. ``noise_dims``: ESA's
+    white-box run observes its noise (noisy - clean mean), that many draws per trial."""
     from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
 
     if mechanism in NOT_MODELLED:
@@ -175,13 +193,18 @@ def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: in
         t, r = int(cfg.partitions), min(1.0, float(cfg.clip_norm))
         return GenerationDesign("esa", t, float(cfg.noise.sigma), r * distance * (1.0 / t - 0.5),
                                 -r * distance / 2.0, "gaussian", white_box, distance,
-                                _coverage(t * cfg.shots_per_partition, n_exemplars))
+                                _coverage(t * cfg.shots_per_partition, n_exemplars),
+                                int(noise_dims) if white_box else 0)
     if mechanism == "clip_softmax":
         s, c = int(cfg.prompts), float(cfg.clip)
         return GenerationDesign("clip_softmax", s, float(cfg.temperature), 2.0 * c * (2 - s) / s, -2.0 * c,
                                 "logistic", coverage=_coverage(s * cfg.shots_per_prompt, n_exemplars))
     if mechanism == "mozo":
         return _mozo_design(cfg, n_exemplars)
+    if mechanism == "ksa":
+        from app.audit.gen_power_ksa import ksa_design
+
+        return ksa_design(cfg, n_exemplars, signals)
     e, c = int(cfg.experts), float(cfg.clip)
     return GenerationDesign("poe", e, 1.0 / float(cfg.inverse_temperature), -(e - 2) * c, -e * c, "logistic",
                             coverage=_coverage(e * cfg.group_size, n_exemplars))
@@ -271,6 +294,9 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
     black = "black-box" in tms
     wb_det = (_split_detection(trials, threshold_fraction, claimed_epsilon, conf, delta, design.coverage)
               if design.white_box and "white-box" in tms else None)
+    # ESA white-box: every trial's noise draws (noisy - clean mean) tested against the claimed sigma
+    draws = trials * design.noise_dims if design.white_box and "white-box" in tms else 0
+    conf_c = conformance_confidence(confidence)
     alts: dict[str, AlternativePower] = {}
     for name, mult in GEN_ALTERNATIVES.items():
         if only_required and name not in required:
@@ -285,143 +311,45 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
             if wb_det is not None:
                 a.detection_white_box = wb_det
                 a.note += "; white-box: the noise-free margin takes one value per hypothesis (exact split law)"
+                a.note += "; its observed noise is all zeros (the noise test flags it)" if draws else ""
         elif mult is None:
             a.note = "the full-context release: the model reads the canary and answers y1, else y0"
         elif name == "claimed":
             a.note = "the claimed mechanism: detection here is a false alarm, <= 1 - confidence by the bound's validity"
+        elif design.white_box and draws:
+            a.note = ("white-box: the observed noise (noisy - clean mean, trials x dims draws) tested against the "
+                      "claimed sigma: the chi-square scale test's exact power (the KS and zero tests only add)")
         elif design.white_box:
             a.note = "black-box detection only: a lower bound of the audit's power (the white-box margin is noisy)"
+        if draws and mult is not None:
+            a.detection_conformance = (1.0 - conf_c if name == "claimed" else
+                                       conformance_power("gaussian", draws, mult, confidence=conf_c))
         alts[name] = a
     noise_free_blind = min(design.release(0.0, t)[0] - design.release(0.0, t)[1] for t in ("positive", "other")) <= 0
-    rep = PowerReport(claimed_epsilon, conf, delta, half, half, ceiling, "assumed", GEN_MODEL_NOTE,
+    rep = PowerReport(claimed_epsilon, conf, delta, half, half, ceiling, "assumed", design.model_note,
                       {"mechanism": design.mechanism, "units": design.units, "noise_scale": design.scale,
                        "signal_distance": design.signal_distance, "white_box": design.white_box,
-                       "release_changes_without_noise": not noise_free_blind, "trials": 2 * half},
+                       "release_changes_without_noise": not noise_free_blind, "trials": 2 * half,
+                       "noise_draws_tested": draws},
                       alts, tuple(required), min_detection)
     reasons: list[str] = []
-    if claimed_epsilon >= ceiling and not (wb_det and wb_det >= min_detection):
+    if claimed_epsilon >= ceiling and not (wb_det and wb_det >= min_detection) and not draws:
         reasons.append(f"{half} + {half} counted trials at confidence {conf:.4g} cannot show a bound above "
                        f"{ceiling:.3g}, so a claim of {claimed_epsilon:g} can never be refuted: add trials")
     for name in required:
         if alts[name].detection >= min_detection:
             continue
         msg = f"P(detect {name}) = {alts[name].detection:.3g} < {min_detection:g} with these trials"
-        if name == "no_noise" and noise_free_blind and not design.white_box:
+        if name == "no_noise" and noise_free_blind and design.mechanism == "ksa":
+            msg += (f" (with {design.units} partitions a noise-free ksa releases the same keywords, or none, with and "
+                    "without the canary: the planner's designs show the partition counts that can)")
+        elif name == "no_noise" and noise_free_blind and not design.white_box:
             msg += (f" (with {design.units} units the canary moves one of them and a noise-free aggregate never "
                     "releases y1: use one unit, or a white-box esa audit)")
         reasons.append(msg)
     rep.reasons = reasons
     rep.sufficient = not reasons
     return rep
-
-
-def smallest_trials(report: Any, max_trials: int) -> int | None:
-    """The smallest even trial count whose report is sufficient (doubling, then bisection to 1%,
-    re-checked), or None within ``max_trials``. ``report(n)`` -> PowerReport."""
-    if not report(max_trials).sufficient:
-        return None
-    lo, hi = 0, 64
-    while hi < max_trials and not report(hi).sufficient:
-        lo, hi = hi, min(max_trials, hi * 2)
-    while hi - lo > max(2, hi // 100):
-        mid = (lo + hi) // 2 // 2 * 2
-        if mid <= lo:
-            break
-        if report(mid).sufficient:
-            hi = mid
-        else:
-            lo = mid
-    return hi if report(hi).sufficient else max_trials
-
-
-UNIT_PARAM = {"esa": ("partitions", "shots_per_partition"), "clip_softmax": ("prompts", "shots_per_prompt"),
-              "poe": ("experts", "group_size"), "mozo": ("experts", "group_size")}
-
-
-def _report_fn(design: GenerationDesign, common: Mapping[str, Any], required: Sequence[str],
-               tms: Sequence[str]) -> Any:
-    def rep(n: int, full: bool = False) -> PowerReport:
-        return gen_design_power(design, trials=n, threat_models=tms, required=required, only_required=not full,
-                                **common)
-    return rep
-
-
-def plan_generation(mechanism: str, params: Mapping[str, Any], *, exemplars: int, max_tokens: int,
-                    distance: float | None, threat_models: Sequence[str], white_box: bool, claimed_epsilon: float,
-                    confidence: float, delta: float, alternatives: Sequence[str],
-                    min_detection: float = DEFAULT_MIN_DETECTION, threshold_fraction: float = 0.5,
-                    candidates: Sequence[int] = tuple(range(1, 9)), max_trials: int = 20_000,
-                    seconds_per_trial: float | None = None, prompts_per_unit_extra: int = 0) -> dict[str, Any]:
-    """The configured design's plan, and the cheapest design this audit can run whose verdict could
-    say pass: unit counts 1-8 (T x shots <= exemplars), for the token mechanisms also shorter
-    answers (the claim composes ``max_tokens`` steps; one decides), and ESA's white-box margin where
-    the target offers it. Every prediction is ``gen_design_power`` (the verdict's own)."""
-    from app.audit.planner import DesignPlan
-    from app.mechanisms.errors import MechanismParamError
-
-    unit, shot = UNIT_PARAM.get(mechanism, ("partitions", "shots_per_partition"))
-    base = dict(params)
-    common = {"claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta,
-              "threshold_fraction": threshold_fraction, "min_detection": min_detection}
-
-    def one(t: int | None, tokens: int, tms: Sequence[str], runnable: bool, requires: str | None) -> dict[str, Any]:
-        p = dict(base)
-        if t is not None:
-            p[unit] = t
-            if int(p.get(shot) or 1) * t > exemplars:
-                p.pop(shot, None)
-        d = generation_design(mechanism, p, exemplars, max_tokens=tokens, white_box="white-box" in tms and white_box,
-                              distance=distance)
-        rep = _report_fn(d, common, alternatives, tms)
-        n = smallest_trials(rep, max_trials)
-        r = rep(n, True) if n is not None else rep(max_trials)
-        per_call = d.units + prompts_per_unit_extra
-        tm = "white-box" if "white-box" in tms and d.white_box else "black-box"
-        plan = DesignPlan(d.units, tm, n, {a: r.alternatives[a].detection for a in alternatives}, r.ceiling_epsilon,
-                          None if n is None else n * per_call,
-                          None if n is None or seconds_per_trial is None else n * seconds_per_trial,
-                          [] if n is not None else [f"not within {max_trials} trials: " + "; ".join(r.reasons)],
-                          runnable=runnable, requires=requires)
-        return {**plan.to_dict(), "mechanism": mechanism, "max_tokens": tokens, "noise_scale": d.scale}
-
-    tms0 = tuple(threat_models)
-    configured = one(None, max_tokens, tms0, True, None)
-    designs = [configured]
-    t0 = configured["partitions"]
-    for t in candidates:
-        if t > exemplars:
-            continue
-        for tokens in dict.fromkeys([max_tokens] + ([4, 2, 1] if mechanism != "esa" else [])):
-            if tokens > max_tokens or (t, tokens) == (t0, max_tokens):
-                continue
-            req = None if tokens == max_tokens else (f"max_tokens {tokens}: signal texts whose first "
-                                                    f"{tokens} token(s) decide")
-            try:
-                designs.append(one(t, tokens, tms0, True, req))
-            except MechanismParamError:
-                continue
-    if mechanism == "esa" and "white-box" not in tms0:
-        try:
-            designs.append(one(t0, max_tokens, ("black-box", "white-box"), white_box,
-                               None if white_box else "target.white_box: true (the gateway's internals)"))
-        except MechanismParamError:
-            pass
-    feasible = [d for d in designs if d["runnable"] and d["trials"] is not None]
-    best = min(feasible, key=lambda d: (d["model_calls"] or 0, d["trials"] or 0)) if feasible else None
-    notes = ["fixed sample size: the trials are planned before the audit and it never stops early",
-             GEN_MODEL_NOTE,
-             "a design is proposed only where the verdict's own power report (app.audit.gen_power.gen_design_power) "
-             "could say pass"]
-    if mechanism != "esa":
-        notes.append("the claim composes max_tokens steps and one token decides the signal: shorter answers "
-                     "raise the per-token epsilon the audit can see")
-    if best is None:
-        notes.append("no design detects " + ", ".join(alternatives) + f" within {max_trials} trials: require fewer "
-                     "or coarser alternatives (noise_tenth, no_noise, non_private) or audit a smaller claim")
-    return {"claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta, "exemplars": exemplars,
-            "mechanism": mechanism, "alternatives": list(alternatives), "min_detection": min_detection,
-            "signal_distance": distance, "configured": configured, "recommended": best, "designs": designs,
-            "notes": notes}
 
 
 def claim_of(mechanism: str, params: Mapping[str, Any], n_exemplars: int, max_tokens: int) -> tuple[float, float]:
@@ -462,9 +390,11 @@ def assess_generation_power(result: Any, target: Any, n_exemplars: int, claimed_
 
 def assess_design(result: Any, target: Any, n_exemplars: int) -> GenerationDesign:
     """The design model of a finished campaign's target (its mechanism, params and answer length;
-    the signal distance measured by its embedder)."""
+    the signal distance measured by its embedder; ESA's noise draws where its conformance ran)."""
     mech = target.mechanism if isinstance(target.mechanism, str) else target.mechanism.name
     a = result.attack
     distance = signal_distance(target.decider.embedder, a.labels[0], a.labels[1]) if mech == "esa" else None
+    dims = embedding_dims(target.decider.embedder, a.labels[0]) if getattr(result, "conformance", None) else 0
     return generation_design(mech, target.params, n_exemplars, max_tokens=int(target.max_tokens),
-                             white_box="white-box" in result.estimates, distance=distance)
+                             white_box="white-box" in result.estimates, distance=distance,
+                             signals=tuple(a.labels[:2]) if mech == "ksa" else None, noise_dims=dims)

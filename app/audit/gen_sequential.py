@@ -29,7 +29,7 @@ stopping time, and the audit may look after every batch.
   is gen_power's *design model*, the auditor's best case (the canary's unit follows the signal query:
   ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
   pass says the target is not the alternative *as that model predicts it*.
-* Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (ksa, the
+* Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (the
   L3 judge, a mechanism that claims nothing) only the violation test runs: violation or inconclusive.
 
 Bets: ``sequential.BettingEProcess`` (online Newton step on the betting fraction, Cutkosky & Orabona

@@ -41,6 +41,7 @@ class GenerationObservation(Observation):
     text: str = ""
     score: float | None = None  # black-box score (repeat attack): larger = more like a member
     noisy_vector: np.ndarray | None = None  # white-box: the noisy mean embedding (ESA)
+    clean_vector: np.ndarray | None = None  # white-box: the clean mean it was noised from (ESA's noise = the difference)
 
 
 @dataclass(frozen=True)
@@ -80,16 +81,54 @@ class SignalDecider:
         e = self.embed([text])[0]
         pts = self.points(attack)
         m = None if noisy_mean is None else np.asarray(noisy_mean, dtype=float)
+        c = None if clean is None or m is None else np.asarray(clean, dtype=float)
         if attack.decision == "similarity":
             score = -float(np.linalg.norm(e - pts[0]))
             scores = None if m is None else np.array([-float(np.linalg.norm(m - pts[0])), 0.0])
             # The label slot never carries the answer: results and trial rows stay free of generated text.
             return GenerationObservation(attack.labels[1], scores, None, epsilon, delta, text=text, score=score,
-                                         noisy_vector=m)
+                                         noisy_vector=m, clean_vector=c)
         d = np.linalg.norm(pts - e[None, :], axis=1)
         label = attack.labels[0] if d[0] < d[1] else attack.labels[1]
         scores = None if m is None else -np.linalg.norm(pts - m[None, :], axis=1)  # margin = d0 - d1
-        return GenerationObservation(label, scores, None, epsilon, delta, text=text, noisy_vector=m)
+        return GenerationObservation(label, scores, None, epsilon, delta, text=text, noisy_vector=m, clean_vector=c)
+
+
+def esa_claimed_sigma(mechanism: str, params: Mapping[str, Any], n_exemplars: int, max_tokens: int) -> float | None:
+    """sigma of ``esa.configure`` for the claim (epsilon, delta, adjacency, params): what the noise a
+    white-box audit observes (noisy mean - clean mean) must be drawn with; None for other mechanisms."""
+    if mechanism != "esa":
+        return None
+    from app.mechanisms import esa
+    from app.mechanisms.generation import GenerationRequest
+
+    pp, mech = _split_privacy(params)
+    req = GenerationRequest.build([("x", "y")] * max(1, n_exemplars), "q", epsilon=pp.get("epsilon"),
+                                  delta=pp.get("delta", 1e-5), adjacency=pp.get("adjacency", "replace-one"),
+                                  max_tokens=max_tokens, params=mech)
+    return float(esa.configure(req).noise.sigma)
+
+
+def generation_conformance(target: Any, n_exemplars: int, observations: Sequence[Any], confidence: float) -> Any:
+    """White-box ESA noise conformance (``app.audit.conformance.noise_conformance``): the residuals
+    noisy mean - clean mean of every trial are i.i.d. N(0, sigma^2) draws on every dimension for a
+    correct ESA (Algorithm 3 line 9), tested against the claimed sigma (chi-square scale pivot, KS,
+    exact zeros) at ``conformance_confidence(confidence)`` (the audit's, as for classification). None
+    where a trial lacks either vector or the target claims no ESA sigma."""
+    from app.audit.conformance import conformance_confidence, noise_conformance
+    from app.audit.noise import VotingNoise
+
+    noisy = [v for o in observations if (v := getattr(o, "noisy_vector", None)) is not None]
+    clean = [v for o in observations if (v := getattr(o, "clean_vector", None)) is not None]
+    if not observations or len(noisy) < len(observations) or len(clean) < len(observations):
+        return None
+    sigma = getattr(target, "claimed_sigma", lambda n: None)(n_exemplars)
+    if sigma is None:
+        return None
+    eps, delta = target.claimed(n_exemplars)
+    return noise_conformance(np.vstack(clean), np.vstack(noisy), None,
+                             VotingNoise("gaussian", sigma, float(eps or 0.0), float(delta or 0.0)),
+                             confidence=conformance_confidence(confidence))
 
 
 def _split_privacy(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -157,13 +196,13 @@ class GenerationMechanismTarget:
                 rng: np.random.Generator) -> GenerationObservation:
         res = self._run(context, attack, rng)
         obs = self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
-                                   res.privacy.get("epsilon"), res.privacy.get("delta"))
+                                   res.privacy.get("epsilon"), res.privacy.get("delta"), res.internals.get("clean_mean"))
         if self.defence == "L3" and self._judge(context, attack, res.text):
             self.refusals += 1
             # The refusal says nothing: decided "not a member"; white-box internals unchanged.
             return GenerationObservation(attack.labels[1], obs.noisy_scores, None, obs.epsilon, obs.delta,
                                          text=REFUSAL, score=None if obs.score is None else -2.0,
-                                         noisy_vector=obs.noisy_vector)
+                                         noisy_vector=obs.noisy_vector, clean_vector=obs.clean_vector)
         return obs
 
     def _judge(self, context: Sequence[Exemplar], attack: GenerationAttack, output: str) -> bool:
@@ -202,6 +241,10 @@ class GenerationMechanismTarget:
     def partitions(self, n_exemplars: int) -> int | None:
         p = self.mech_params
         return int(p["partitions"]) if p.get("partitions") else None
+
+    def claimed_sigma(self, n_exemplars: int) -> float | None:
+        """ESA's sigma for the claim (its own calibration), None for other mechanisms."""
+        return esa_claimed_sigma(self.mechanism.name, self.params, n_exemplars, self.max_tokens)
 
     def prompts_per_call(self, n_exemplars: int) -> int | None:
         """Model prompts one answer costs (ESA: partitions + zero-shot candidates)."""
@@ -285,7 +328,8 @@ class RemoteGenerationTarget:
         internals = out.get("internals") or {}
         priv = out.get("privacy") or {}
         return self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
-                                    priv.get("epsilon"), priv.get("delta"))
+                                    priv.get("epsilon"), priv.get("delta"),
+                                    internals.get("clean_mean") if self.white_box else None)
 
     def clean_votes(self, context: Sequence[Exemplar], attack: GenerationAttack,
                     rng: np.random.Generator) -> CleanDraw:
@@ -304,6 +348,10 @@ class RemoteGenerationTarget:
 
     def partitions(self, n_exemplars: int) -> int | None:
         return int(self.params["partitions"]) if self.params.get("partitions") else None
+
+    def claimed_sigma(self, n_exemplars: int) -> float | None:
+        """The sigma a correct ESA gateway uses for these params (the auditor's own calibration)."""
+        return esa_claimed_sigma(self.mechanism, self.params, n_exemplars, self.max_tokens)
 
     def prompts_per_call(self, n_exemplars: int) -> int | None:
         t = self.partitions(n_exemplars)

@@ -23,9 +23,9 @@ from app.audit.gen_power import (
     assess_generation_power,
     gen_design_power,
     generation_design,
-    plan_generation,
     signal_distance,
 )
+from app.audit.gen_plan import plan_generation
 from app.audit.gen_queries import DEFAULT_SIGNALS
 from app.audit.gen_targets import GenerationMechanismTarget
 from app.audit.power import ceiling_epsilon, per_threat_model_confidence
@@ -86,8 +86,9 @@ def esa_target(parts: int, eps: float = 2.0, candidates: int = 2) -> GenerationM
 EX = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(8)]
 
 
-def _design(mech, params, white_box=False, n=8, tokens=8, distance=D):
-    return generation_design(mech, params, n, max_tokens=tokens, white_box=white_box, distance=distance)
+def _design(mech, params, white_box=False, n=8, tokens=8, distance=D, noise_dims=0):
+    return generation_design(mech, params, n, max_tokens=tokens, white_box=white_box, distance=distance,
+                             noise_dims=noise_dims)
 
 
 # -- closed forms --------------------------------------------------------------------------------
@@ -189,7 +190,9 @@ def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
 
 
 def test_unmodelled_mechanisms_say_why():
-    with pytest.raises(NoPowerModel, match="ksa"):
+    with pytest.raises(NoPowerModel, match="no privacy claim"):
+        _design("zero_shot", {})
+    with pytest.raises(NoPowerModel, match="signal texts"):  # ksa's law is computed from y1 and y0
         _design("ksa", {"epsilon": 2.0, "delta": 1e-5})
 
 
@@ -234,7 +237,9 @@ def test_plan_prediction_equals_verdict_power(parts, claim, trials, tm):
     req = [a for a in GEN_ALTERNATIVES if a != "claimed"]
     verdict = assess_generation_power(res, tgt, len(EX), claim, required=req)
     dist = signal_distance(SignalEmbedder(), Y1, Y0)  # what the planner measures with the server's embedder
-    plan = gen_design_power(_design("esa", tgt.params, white_box=tm == "both", distance=dist), trials=trials,
+    dims = 8 if tm == "both" else 0  # the white-box run tests ESA's noise: trials x 8 draws (SignalEmbedder)
+    plan = gen_design_power(_design("esa", tgt.params, white_box=tm == "both", distance=dist, noise_dims=dims),
+                            trials=trials,
                             claimed_epsilon=claim,
                             confidence=0.95, threat_models=tms, delta=1e-5, required=req)
     assert verdict.confidence == per_threat_model_confidence(0.95, len(tms))
@@ -253,7 +258,7 @@ def test_planned_design_passes_and_too_few_trials_name_one_that_can():
 
     req = ["no_noise", "non_private"]
     tgt = esa_target(4)
-    out = plan_generation("esa", tgt.params, exemplars=8, max_tokens=8, distance=D,
+    out = plan_generation("esa", tgt.params, exemplars=8, max_tokens=8, distance=D, noise_dims=8,
                           threat_models=("black-box", "white-box"), white_box=True, claimed_epsilon=2.0,
                           confidence=0.95, delta=1e-5, alternatives=req)
     cfg = out["configured"]
@@ -304,7 +309,8 @@ def test_a_design_that_cannot_reach_power_names_one_that_can():
     ("clip_softmax", {"epsilon": 1.0, "partitions": 2}, "config.target.params.partitions"),
     ("poe", {"epsilon": 1e300}, "config.target.params"),  # the mechanism's own RDP overflows: a 422, not a 500
     ("mozo", {"epsilon": 1e300}, "config.target.params"),
-    ("ksa", {"epsilon": 1.0}, "config.target.mechanism"),
+    ("ksa", {"epsilon": 1.0, "partitions": 5}, "config.target.params.partitions"),
+    ("zero_shot", {}, "config.target.mechanism"),
 ])
 def test_bad_generation_plan_is_an_error_naming_the_field(mech, params, param):
     from app.jobs.errors import JobConfigError

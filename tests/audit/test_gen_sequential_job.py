@@ -44,7 +44,7 @@ def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client):
 
 @pytest.mark.parametrize("config,param", [
     ({"query": "repeat"}, "config.query"),
-    ({"target": {**ESA, "mechanism": "ksa"}, "trials": "auto"}, "config.target.mechanism"),
+    ({"target": {**ESA, "mechanism": "zero_shot", "params": {}}, "trials": "auto"}, "config.target.mechanism"),
     ({"target": {**ESA, "defence": "L3"}, "trials": "auto"}, "config.target.defence"),
     ({"target": {**ESA, "params": {**ESA["params"], "epsilon": "x"}}}, "config.target.params.epsilon"),
     ({"target": {"type": "simulated"}}, "config.target.type"),
@@ -55,15 +55,22 @@ def test_sequential_generation_config_that_cannot_run_is_a_422(client, config, p
     assert r.json()["error"]["param"] == param, r.json()
 
 
-def test_ksa_with_a_cap_is_accepted(client):
-    """ksa has no design model: with a cap the audit may run (violation or inconclusive only)."""
+def test_ksa_sequential_has_its_design_model(client):
+    """ksa's release law (app.audit.gen_power_ksa) is a design model: trials 'auto' is accepted, and
+    a cap of one pair ends inconclusive with the alternatives' e-values (not 'no power model')."""
     r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {
-        **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0}}, "trials": 2}})
+        **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0, "partitions": 4}}, "trials": 2}})
     assert r.status_code == 202, r.text
     j = wait_job(client, r.json()["id"], timeout=900)
     assert j["status"] == "succeeded" and j["verdict"] == "inconclusive", j
-    assert "cap of 2 trials" in j["verdict_reason"] and "no generation power model for ksa" in j["verdict_reason"]
-    assert j["result"]["sequential"]["vote_model"] == "none" and j["result"]["power_unknown"]
+    seq = j["result"]["sequential"]
+    assert "cap of 2 trials" in j["verdict_reason"] and seq["vote_model"] == "assumed", j["verdict_reason"]
+    assert seq["design"]["mechanism"] == "ksa" and "power_unknown" not in j["result"]
+    from app.jobs.kinds import canary_gen_seq
+    from app.jobs.kinds.canary_mia import CanaryMIAConfig
+
+    canary_gen_seq.check(CanaryMIAConfig.model_validate({  # trials 'auto' passes the submit-time check
+        **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0, "partitions": 4}}, "trials": "auto"}))
 
 
 def test_remote_gateway_sequential_generation(live_server, embedder):

@@ -56,11 +56,11 @@ def test_reference_vector_needs_generation(client):
     assert r.status_code == 422 and r.json()["error"]["param"] == "config.statistic", r.text
 
 
-def test_plan_covers_esa_generation_audits(client):
+def test_plan_covers_esa_generation_audits(client, embedder):
     """POST /v1/audits/plan answers 200 for an esa target: designs with trials and the detection of
     the generation alternatives, the signal distance measured by the served MiniLM, and the
     configured design's prediction equal to gen_design_power for it (one power model)."""
-    from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design
+    from app.audit.gen_power import DEFAULT_GEN_REQUIRED, embedding_dims, gen_design_power, generation_design
 
     cfg = {"task": "generation", "target": ESA, "dataset": {"size": 4}, "max_tokens": 8}
     r = client.post("/v1/audits/plan", json={"kind": "canary_mia", "config": cfg})
@@ -70,18 +70,57 @@ def test_plan_covers_esa_generation_audits(client):
     assert 0.0 < out["signal_distance"] < 2.0
     c = out["configured"]
     assert c["threat_model"] == "white-box" and set(c["detection"]) == set(DEFAULT_GEN_REQUIRED)
-    d = generation_design("esa", ESA["params"], 4, max_tokens=8, white_box=True, distance=out["signal_distance"])
+    dims = embedding_dims(embedder, "x")  # the white-box run tests trials x dims noise draws (MiniLM: 384)
+    d = generation_design("esa", ESA["params"], 4, max_tokens=8, white_box=True, distance=out["signal_distance"],
+                          noise_dims=dims)
     n = c["trials"] or 20_000
     rep = gen_design_power(d, trials=n, claimed_epsilon=out["claimed_epsilon"], confidence=0.95,
                            threat_models=("black-box", "white-box"), delta=out["delta"], required=DEFAULT_GEN_REQUIRED)
     assert {k: rep.alternatives[k].detection for k in DEFAULT_GEN_REQUIRED} == c["detection"]
     rec = out["recommended"]
     assert rec is None or (rec["trials"] and all(v >= 0.9 for v in rec["detection"].values()))
-    # ksa has no design model: a 422 that says so, naming the field
+    # a mechanism without a privacy claim has no design model: a 422 that says so, naming the field
     bad = client.post("/v1/audits/plan", json={"kind": "canary_mia",
-                                               "config": {**cfg, "target": {**ESA, "mechanism": "ksa"}}})
+                                               "config": {**cfg, "target": {**ESA, "mechanism": "zero_shot"}}})
     assert bad.status_code == 422 and bad.json()["error"]["param"] == "config.target.mechanism", bad.text
-    assert "ksa" in bad.json()["error"]["message"]
+    assert "zero_shot" in bad.json()["error"]["message"]
+
+
+KSA = {"type": "mechanism", "mechanism": "ksa",
+       "params": {"epsilon": 2.0, "delta": 1e-5, "partitions": 4, "shots_per_partition": 1}}
+
+
+def test_plan_covers_ksa_generation_audits(client):
+    """POST /v1/audits/plan answers 200 for a ksa target (app.audit.gen_power_ksa): 4 partitions
+    see no_noise and non_private with the planned trials, the prediction equal to gen_design_power
+    for the same design; the default alternatives have no common design at claim 2, and the plan
+    names one per alternative."""
+    from app.audit.gen_power import gen_design_power, generation_design
+    from app.audit.gen_queries import DEFAULT_SIGNALS
+
+    req = ["no_noise", "non_private"]
+    cfg = {"task": "generation", "target": KSA, "dataset": {"size": 4}, "max_tokens": 8, "threat_model": "black-box",
+           "power": {"alternatives": req}}
+    r = client.post("/v1/audits/plan", json={"kind": "canary_mia", "config": cfg})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["mechanism"] == "ksa" and out["alternatives"] == req and out["signal_distance"] is None
+    c = out["configured"]
+    assert c["threat_model"] == "black-box" and c["partitions"] == 4 and c["trials"]
+    assert c["model_calls"] == c["trials"] * 5  # 4 partitions + the zero-shot prompt per answer
+    d = generation_design("ksa", KSA["params"], 4, max_tokens=8, white_box=False, distance=None,
+                          signals=DEFAULT_SIGNALS)
+    rep = gen_design_power(d, trials=c["trials"], claimed_epsilon=out["claimed_epsilon"], confidence=0.95,
+                           threat_models=("black-box",), delta=out["delta"], required=req)
+    assert {k: rep.alternatives[k].detection for k in req} == c["detection"] and rep.sufficient
+    assert any("keyword" in n for n in out["notes"])
+    full = client.post("/v1/audits/plan", json={"kind": "canary_mia",
+                                                "config": {**cfg, "power": {"alternatives": ["noise_tenth",
+                                                                                             "no_noise"]}}})
+    assert full.status_code == 200, full.text
+    f = full.json()
+    assert f["recommended"] is None and set(f["each_alternative_alone"]) == {"noise_tenth", "no_noise"}
+    assert any("each alone (one audit each): noise_tenth" in n for n in f["notes"])
 
 
 def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):
@@ -115,5 +154,26 @@ def test_esa_audit_with_planned_trials_passes(client):
     r = j["result"]
     assert r["plan"]["configured"]["trials"] == r["trials_total"] == r["target_calls"] == 16
     assert r["power"]["sufficient"] and r["power"]["alternatives"]["non_private"]["detection"] == 1.0
+    assert j["verdict"] == "pass", r["verdict_reason"]
+    assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]
+
+
+def test_ksa_audit_with_planned_trials_passes(client):
+    """A ksa audit through the jobs API on the bundled models ends pass: trials 'auto' plans the
+    design on the worker (claim 0.5, alternative non_private: the black-box ceiling of the planned
+    trials exceeds the claim), the correct mechanism's bound stays below it, and the verdict's power
+    is the plan's (app.audit.gen_power_ksa)."""
+    target = {**KSA, "params": {**KSA["params"], "epsilon": 0.5}}
+    job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
+                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
+                                        "trials": "auto", "max_tokens": 6, "seed": 13,
+                                        "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    n = r["plan"]["configured"]["trials"]
+    assert n == r["trials_total"] == r["target_calls"] and r["plan"]["mechanism"] == "ksa"
+    assert r["power"]["sufficient"] and "keyword" in r["power"]["vote_model_note"]
+    assert r["power"]["alternatives"]["non_private"]["detection"] == r["plan"]["configured"]["detection"]["non_private"]
     assert j["verdict"] == "pass", r["verdict_reason"]
     assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]

@@ -35,6 +35,13 @@ def _distance(y1: str, y0: str, embedder: Any) -> float:
     return signal_distance(embedder, y1, y0)
 
 
+def _dims(y1: str, embedder: Any) -> int:
+    """ESA's noise draws per answer a white-box run observes (the server's embedding dimension)."""
+    from app.audit.gen_power import embedding_dims
+
+    return embedding_dims(embedder, y1) if embedder is not None else 0
+
+
 def threat_models(config: Any) -> tuple[str, ...]:
     from app.jobs.kinds.canary_design import _white_box_runs
 
@@ -46,7 +53,8 @@ def threat_models(config: Any) -> tuple[str, ...]:
 
 def plan_generation_audit(config: Any, claimed_epsilon: float | None, seconds_per_trial: float | None,
                           embedder: Any) -> dict[str, Any]:
-    from app.audit.gen_power import NoPowerModel, claim_of, plan_generation
+    from app.audit.gen_plan import plan_generation
+    from app.audit.gen_power import NoPowerModel, claim_of
     from app.mechanisms.errors import MechanismParamError
 
     from app.audit.gen_power import MODELLED, NOT_MODELLED
@@ -73,7 +81,8 @@ def plan_generation_audit(config: Any, claimed_epsilon: float | None, seconds_pe
             delta=float(config.delta if config.delta is not None else dlt),
             alternatives=list(config.power.alternatives), min_detection=config.power.min_detection,
             threshold_fraction=config.threshold_fraction, seconds_per_trial=seconds_per_trial,
-            prompts_per_unit_extra=int(params.get("candidates", 20)) if t.mechanism == "esa" else 1)
+            prompts_per_unit_extra=int(params.get("candidates", 20)) if t.mechanism == "esa" else 1,
+            signals=(y1, y0), noise_dims=_dims(y1, embedder) if t.mechanism == "esa" else 0)
     except NoPowerModel as exc:
         raise JobConfigError(f"no generation power model for {t.mechanism}: {exc}",
                              param="config.target.mechanism") from None
@@ -95,7 +104,8 @@ def plan_generation_audit(config: Any, claimed_epsilon: float | None, seconds_pe
 def generation_power(res: Any, target: Any, n_exemplars: int, claim: float, config: Any) -> dict[str, Any]:
     """``{"power": report}`` (with ``advice``: the smallest trial count of this design that could
     pass, where this one cannot), or ``{"power": None, "power_unknown": why}``."""
-    from app.audit.gen_power import NoPowerModel, assess_generation_power, gen_design_power, smallest_trials
+    from app.audit.gen_plan import smallest_trials
+    from app.audit.gen_power import NoPowerModel, assess_generation_power, gen_design_power
 
     try:
         rep = assess_generation_power(res, target, n_exemplars, claim, required=config.power.alternatives,
@@ -129,8 +139,10 @@ def _other_design(config: Any, claim: float, target: Any) -> str:
         return f"{head}, and the planner has no design ({exc.message})"
     rec = plan.get("recommended")
     if rec is None:
-        return f"{head}, nor does any design of the planner: " + plan["notes"][-1]
-    unit = {"esa": "partitions", "clip_softmax": "prompts", "poe": "experts"}.get(plan["mechanism"], "units")
+        why = [n for n in plan["notes"] if n.startswith("no design detects")]
+        return f"{head}, nor does any design of the planner: " + (why[0] if why else plan["notes"][-1])
+    unit = {"esa": "partitions", "ksa": "partitions", "clip_softmax": "prompts", "poe": "experts",
+            "mozo": "experts"}.get(plan["mechanism"], "units")
     return (f"{head}; one that can: {rec['threat_model']}, {unit} {rec['partitions']}, max_tokens "
             f"{rec['max_tokens']}, {rec['trials']} trials (detection "
             + ", ".join(f"{k} {v:.3g}" for k, v in rec["detection"].items()) + ")"

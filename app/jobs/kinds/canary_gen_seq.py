@@ -3,9 +3,10 @@
 
 ``"task": "generation", "mode": "sequential"`` with ``"trials": "auto"`` (cap ``DEFAULT_CAP``) or a
 number (the cap): pairs of trials in batches until a violation, a pass (every
-``power.alternatives`` rejected) or the cap. Mechanisms without a design model (ksa, a mechanism
-that claims nothing) and the L3 judge can only end violation or inconclusive, so they need an
-explicit cap (``"auto"`` would spend 10000 trials on a verdict that can never be a pass).
+``power.alternatives`` rejected) or the cap. Mechanisms without a design model (a mechanism that
+claims nothing: zero_shot, full_context) and the L3 judge can only end violation or inconclusive, so
+they need an explicit cap (``"auto"`` would spend 10000 trials on a verdict that can never be a
+pass). ``ksa``'s design model needs the signal texts (its keywords): they are passed.
 """
 
 from __future__ import annotations
@@ -49,17 +50,21 @@ def check(config: Any) -> None:
                              "inconclusive): give trials a number (the cap) to look for a violation",
                              param=no[1])
     if no is None and config.target.type == "mechanism":
-        _design(config, config.target.params, config.dataset.size, 1.0)  # the params' own errors, as 422s
+        from app.audit.gen_queries import DEFAULT_SIGNALS
+
+        signals = tuple(s.signals or config.signals or DEFAULT_SIGNALS)
+        _design(config, config.target.params, config.dataset.size, 1.0, signals)  # the params' own errors, as 422s
 
 
-def _design(config: Any, params: dict[str, Any], n: int, distance: float | None) -> Any:
+def _design(config: Any, params: dict[str, Any], n: int, distance: float | None,
+            signals: tuple[str, ...] | None = None) -> Any:
     from app.audit.gen_power import NoPowerModel, generation_design
     from app.mechanisms.errors import MechanismParamError
 
     t = config.target
     try:
         return generation_design(str(t.mechanism), dict(params), n, max_tokens=config.max_tokens, white_box=False,
-                                 distance=distance)
+                                 distance=distance, signals=signals if t.mechanism == "ksa" else None)
     except NoPowerModel as exc:
         raise JobConfigError(f"no generation power model for {t.mechanism}: {exc}",
                              param="config.target.mechanism") from None
@@ -95,7 +100,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     if no is None:
         dist = signal_distance(target.decider.embedder, *attack.labels[:2]) if config.target.mechanism == "esa" \
             else None
-        design = _design(config, target.params, len(exemplars), dist)
+        design = _design(config, target.params, len(exemplars), dist, tuple(attack.labels[:2]))
     with target_failures(target):
         res = run_gen_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, design=design,
                                  alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
