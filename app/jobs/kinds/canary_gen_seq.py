@@ -82,19 +82,14 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     from app.audit.gen_power import signal_distance
     from app.audit.gen_queries import resolve_generation_query
     from app.audit.gen_sequential import run_gen_sequential
-    from app.jobs.kinds.canary_seq import cap, target_failures
+    from app.jobs.kinds.canary_seq import cap, claim_of, target_failures
 
     try:
         attack = resolve_generation_query(config.query or "signal_text", canary,
                                           None if config.signals is None else tuple(config.signals))
     except ValueError as exc:
         raise JobConfigError(str(exc), param="config.query") from None
-    eps_claimed, delta_claimed = target.claimed(len(exemplars))
-    claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else eps_claimed
-    if claim is None:
-        raise JobConfigError("a sequential audit tests a claim: give claimed_epsilon (the target states none)",
-                             param="claimed_epsilon")
-    delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
+    claim, delta, eps_claimed = claim_of(ctx, config, target, len(exemplars))
     no = _no_model(config)
     design = None
     if no is None:

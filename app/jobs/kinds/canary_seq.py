@@ -45,6 +45,17 @@ def cap(trials: int | str) -> int:
     return DEFAULT_CAP if trials == "auto" else int(trials)
 
 
+def claim_of(ctx: JobContext, config: Any, target: Any, n: int) -> tuple[float, float, float | None]:
+    """(the claim tested, its delta, the epsilon the target states): the job's claimed_epsilon, else
+    the target's; a sequential audit without either is a 422 on claimed_epsilon."""
+    eps_claimed, delta_claimed = target.claimed(n)
+    claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else eps_claimed
+    if claim is None:
+        raise JobConfigError("a sequential audit tests a claim: give claimed_epsilon (the target states none)",
+                             param="claimed_epsilon")
+    return float(claim), float(config.delta if config.delta is not None else (delta_claimed or 0.0)), eps_claimed
+
+
 def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, str]], attack: Any, rng: Any,
         partitions: int | None) -> dict[str, Any]:
     from app.audit.campaign import _mechanism_name, _noise
@@ -52,12 +63,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     from app.audit.probe import probe_arm
     from app.audit.sequential import run_sequential
 
-    eps_claimed, delta_claimed = target.claimed(len(exemplars))
-    claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else eps_claimed
-    if claim is None:
-        raise JobConfigError("a sequential audit tests a claim: give claimed_epsilon (the target states none)",
-                             param="claimed_epsilon")
-    delta = float(config.delta if config.delta is not None else (delta_claimed or 0.0))
+    claim, delta, eps_claimed = claim_of(ctx, config, target, len(exemplars))
     noise = _noise(target, len(exemplars))
     noise = None if noise is None else claimed_noise(noise)
     floor = _mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
