@@ -71,6 +71,13 @@ class BettingEProcess:
         return math.exp(self.log_wealth)
 
 
+def toward(claimed: float, m: float) -> int:
+    """The direction (+1, -1; 0: none) of a bet against an alternative's mean m that points to the
+    claim's mean: the null "m, or further from the claim" then holds trial by trial (no bet where the
+    trial cannot tell them apart)."""
+    return 0 if abs(claimed - m) <= 1e-12 else (1 if claimed > m else -1)
+
+
 def max_pair_accuracy(epsilon: float, delta: float) -> float:
     """(e^eps + delta) / (1 + e^eps): the most a fixed guess can be right on a balanced pair under
     (epsilon, delta)-DP (the symmetric point of TPR <= e^eps FPR + delta, 1 - FPR <= e^eps (1 - TPR) + delta)."""
@@ -124,7 +131,6 @@ class NoiseEvidence:
         self.log_down = np.zeros(len(SCALE_DOWN))  # one likelihood ratio per scaled-down noise
         self.impossible: list[str] = []  # findings of probability 0 under the claim
         self.log_alt = {name: 0.0 for name in alternatives}
-        self.residuals = 0
 
     def update(self, clean: Sequence[float], noisy: Sequence[float], released: int | None) -> None:
         c = np.asarray(clean, dtype=float)
@@ -133,27 +139,24 @@ class NoiseEvidence:
             raise ValueError("clean and noisy scores must be 1-d of the same length >= 2")
         r = y - c
         zero = np.abs(r) <= 1e-12 * np.maximum(1.0, np.abs(c))
-        self.residuals += int(c.size)
         if released is not None and released >= 0 and released != int(np.argmax(y)):
             self._impossible("a released label is not the argmax of the reported noisy scores")
         if zero.any():
             self._impossible("a score got no noise (a continuous noise is never exactly 0): noise missing on "
                              "some labels (e.g. winner-only) or everywhere")
         z = r[~zero] / self.scale
-        if z.size:
-            base = _logpdf(self.kind, z, 1.0)
-            for i, m in enumerate(SCALE_DOWN):
-                self.log_down[i] = min(INF_LOG, self.log_down[i] + float(np.sum(_logpdf(self.kind, z, m) - base)))
-        noisy_labels = int(np.count_nonzero(~zero))
+        base = _logpdf(self.kind, z, 1.0)  # the claimed law's log density of each noisy score
+        for i, m in enumerate(SCALE_DOWN):
+            self.log_down[i] = min(INF_LOG, self.log_down[i] + float(np.sum(_logpdf(self.kind, z, m) - base)))
         for name, alt in self.alternatives.items():
             m = float(alt.noise_multiplier)
-            if m == 0.0 or (alt.winner_only and noisy_labels >= 2):
-                # the alternative leaves these scores without noise: what was seen has probability 0 under it
-                if noisy_labels >= (2 if alt.winner_only else 1):
+            if m == 0.0 or alt.winner_only:
+                # the alternative noises no score (or only the winner's): more noisy scores than that have
+                # probability 0 under it
+                if z.size >= (2 if alt.winner_only else 1):
                     self.log_alt[name] = INF_LOG
-                continue
-            if z.size and m != 1.0:
-                lr = float(np.sum(_logpdf(self.kind, z, 1.0) - _logpdf(self.kind, z, m)))
+            elif m != 1.0:
+                lr = float(np.sum(base - _logpdf(self.kind, z, m)))
                 self.log_alt[name] = min(INF_LOG, self.log_alt[name] + lr)
 
     def _impossible(self, finding: str) -> None:
@@ -176,4 +179,5 @@ class NoiseEvidence:
         return math.exp(self.log_alt[name])
 
 
-__all__ = ["B_MAX", "BettingEProcess", "NoiseEvidence", "SCALE_DOWN", "max_both_right", "max_pair_accuracy"]
+__all__ = ["B_MAX", "BettingEProcess", "NoiseEvidence", "SCALE_DOWN", "max_both_right", "max_pair_accuracy",
+           "toward"]

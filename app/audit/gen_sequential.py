@@ -48,7 +48,7 @@ import numpy as np
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
-from app.audit.eprocess import max_both_right, max_pair_accuracy
+from app.audit.eprocess import max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
 
 ASSUMED_NOTE = ("the alternatives' release probabilities are gen_power's design model, not observed: " + GEN_MODEL_NOTE
@@ -76,25 +76,17 @@ class GenAlternative:
         self.name = name
         claimed = alternative_release(design, "claimed")
         self.law = {t: alternative_release(design, name, t) for t in alternative_ties(name)}
-        self.side = {t: tuple(_sign(c - m) for c, m in zip(claimed, law)) for t, law in self.law.items()}
+        self.side = {t: tuple(toward(c, m) for c, m in zip(claimed, law)) for t, law in self.law.items()}
         self.procs = {t: BettingEProcess(+1) for t in self.law}
 
     def update(self, y1: float, member: bool) -> None:
         h = 0 if member else 1
         for t, proc in self.procs.items():
-            side, m = self.side[t][h], self.law[t][h]
-            if side > 0:
-                proc.update(y1, m)
-            elif side < 0:  # H0: E[y1] >= m, i.e. E[1 - y1] <= 1 - m: the same bet on the mirrored outcome
-                proc.update(1.0 - y1, 1.0 - m)
+            proc.update(y1, self.law[t][h], self.side[t][h])
 
     @property
     def e(self) -> float:
         return min(p.e for p in self.procs.values())
-
-
-def _sign(x: float) -> int:
-    return 0 if abs(x) <= 1e-12 else (1 if x > 0 else -1)
 
 
 def design_summary(design: GenerationDesign) -> dict[str, Any]:

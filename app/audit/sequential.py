@@ -13,7 +13,8 @@ looks after every batch and stops when it likes.
     (epsilon, delta)-DP E[X] <= p0^2 for ANY model and vote split (``eprocess.max_both_right``);
   - the pair accuracy (1[in right] + 1[out right]) / 2 <= p0 = (e^eps + delta) / (1 + e^eps);
   - for two-label ``rnm`` queries the release floor (``conformance.min_release_probability``):
-    every label's release frequency >= floor whatever the votes, bet on per (label, hypothesis);
+    every label's release frequency >= floor whatever the votes, bet on per label (on the probe, its
+    pair form: both right <= (1 - floor)^2);
   - where the target reports clean and noisy scores (white-box), the noise itself
     (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
 * **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected: a bet on
@@ -22,8 +23,8 @@ looks after every batch and stops when it likes.
   given the trial's clean votes (those the target reports, else the one-vote design model of
   tight-auditing Lemma 3.1, stated in the result as ``vote_model: "assumed"``); where a clean tie
   matters (no noise, winner-only) both tie-breaks must be rejected. White-box: averaged with the
-  noise likelihood ratio of the claim over the alternative. The arms' processes multiply (they
-  move on disjoint trials).
+  noise likelihood ratio of the claim over the alternative. Only the configured design's trials
+  count towards a pass.
 * **Cap**: neither by the cap: inconclusive, with the e-values reached.
 
 Design arms: the configured design, and optionally a *probe* (``run_sequential(probe=...)``): the
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import BettingEProcess, NoiseEvidence, max_both_right, max_pair_accuracy
+from app.audit.eprocess import BettingEProcess, NoiseEvidence, max_both_right, max_pair_accuracy, toward
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
@@ -125,8 +126,7 @@ class _Alternative:
         mc = self.mu(votes, TIES[0], claimed=True)
         for t, proc in self.procs.items():
             m = self.mu(votes, t)
-            side = 0 if abs(mc - m) < 1e-12 else (1 if mc > m else -1)
-            proc.update(released_positive, m, side)
+            proc.update(released_positive, m, toward(mc, m))
 
     @property
     def e(self) -> float:
@@ -140,8 +140,7 @@ class _ArmState:
                  release_floor: bool, draws: int) -> None:
         self.arm = arm
         pos, k = attack.positive_index, len(attack.labels)
-        self.pos, self.k = pos, k
-        self.p0, self.c2 = p0, c2
+        self.pos, self.p0, self.c2 = pos, p0, c2
         noise = None if arm.noise is None else claimed_noise(arm.noise)
         self.probe = arm.name == "probe"
         self.acc, self.both, self.floor_both = (BettingEProcess(+1, FIRST_BET) for _ in range(3))
@@ -152,9 +151,9 @@ class _ArmState:
 
             self.floor = min_release_probability(noise, arm.partitions)
             self.floors = {i: BettingEProcess(-1, FIRST_BET) for i in range(2)}
-        self.white = bool(getattr(arm.target, "white_box", False)) and noise is not None and k >= 2
+        white = bool(getattr(arm.target, "white_box", False)) and k >= 2
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
-                         if self.white and noise is not None else None)
+                         if white and noise is not None else None)
         self.alts = {} if noise is None else {a: _Alternative(a, noise, pos, draws) for a in alternatives}
         self.design = None
         if arm.partitions and noise is not None:
@@ -222,7 +221,7 @@ class _ArmState:
         self.both_right += h
         self.acc.update(x, self.p0)
         self.both.update(h, self.c2)
-        if self.floor is not None:  # under the floor P(in right) <= 1 - floor and P(out right) <= 1 - floor
+        if self.probe and self.floor is not None:  # under the floor P(in right), P(out right) <= 1 - floor
             self.floor_both.update(h, (1.0 - self.floor) ** 2)
 
     def summary(self) -> dict[str, Any]:
@@ -261,7 +260,7 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     arms = [main]
     pr = None
     if probe is not None and probe.noise is not None:
-        pr = _ArmState(probe, attack, **opts)
+        pr = _ArmState(probe, attack, **{**opts, "alternatives": []})  # its trials do not count for a pass
         arms = [pr, main]
     w_probe = PROBE_WEIGHT if pr is not None else 0.0
     notes: list[str] = []
@@ -275,7 +274,6 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
         return (1.0 - w_probe) * main.e_violation() + (w_probe * pr.e_violation() if pr is not None else 0.0)
 
     def e_alts() -> dict[str, float]:
-        # the probe's alternatives are not counted: a few pairs on another design, mostly noise for a pass
         return {a: main.e_alternative(a) for a in main.alts}
 
     def trials() -> int:
