@@ -32,16 +32,9 @@ def _no_model(config: Any) -> tuple[str, str] | None:
 
 def check(config: Any) -> None:
     """Submit-time: a signal query, a cap of at least one pair, and a design model (or an explicit cap)."""
-    from app.audit.gen_queries import get_generation_strategy
+    from app.jobs.kinds.canary_gen import _signals
 
-    try:
-        s = get_generation_strategy(config.query or "signal_text")
-    except (ValueError, TypeError) as exc:
-        raise JobConfigError(str(exc), param="config.query") from None
-    if s.decision != "signal":
-        raise JobConfigError("a sequential generation audit decides whether the answer is the signal text y1: use "
-                             "query signal_text or signal_text_white_box (the repeat attack's score is thresholded)",
-                             param="config.query")
+    signals = _signals(config)  # the signal query's texts (y1, y0), as the fixed generation audit's plan reads them
     if config.trials != "auto" and int(config.trials) < 2:
         raise JobConfigError("the sequential cap needs at least 2 trials (one pair)", param="config.trials")
     no = _no_model(config)
@@ -50,9 +43,6 @@ def check(config: Any) -> None:
                              "inconclusive): give trials a number (the cap) to look for a violation",
                              param=no[1])
     if no is None and config.target.type == "mechanism":
-        from app.audit.gen_queries import DEFAULT_SIGNALS
-
-        signals = tuple(s.signals or config.signals or DEFAULT_SIGNALS)
         _design(config, config.target.params, config.dataset.size, 1.0, signals)  # the params' own errors, as 422s
 
 
