@@ -88,6 +88,19 @@ def _seq(target: Any, attack: Any, eps: float, t: int, seed: int, probe: bool) -
     return r.verdict, r.prompts, r.reason, r.e_violation
 
 
+def _measure(target: Any, attack: Any, eps: float, t: int, trials: int, seed: int,
+             probe: bool | None) -> tuple[str, int, float]:
+    """(verdict, prompts, seconds) of one audit: the planner's fixed design (``probe`` None) or the
+    sequential audit (with the one-partition probe or without)."""
+    t0 = time.perf_counter()
+    if probe is None:
+        v, calls, _ = _fixed(target, attack, eps, trials, seed)
+        calls *= t
+    else:
+        v, calls, _, _ = _seq(target, attack, eps, t, seed, probe)
+    return v, calls, time.perf_counter() - t0
+
+
 def _row(runs: list[tuple[str, int, float]]) -> dict[str, Any]:
     verdicts = [v for v, _, _ in runs]
     return {"runs": len(runs), "mean_model_calls": float(np.mean([c for _, c, _ in runs])),
@@ -106,7 +119,8 @@ def compare(epsilons: tuple[float, ...] = (1.0, 2.0), sim_reps: int = 200, gw_re
         if attack.positive_index != 0:
             raise RuntimeError("the simulated votes put the canary label first")
         # the sequential audit on the fixed design's partitions, alone and with the probe first
-        runs = (("fixed", False), (f"sequential_T{t}", False), (f"sequential_T{t}+probe", True))
+        runs: tuple[tuple[str, bool | None], ...] = (
+            ("fixed", None), (f"sequential_T{t}", False), (f"sequential_T{t}+probe", True))
         for view in ("white-box", "black-box"):
             for mode, bug in SIM_MODES.items():
                 acc: dict[str, list[tuple[str, int, float]]] = {name: [] for name, _ in runs}
@@ -115,13 +129,7 @@ def compare(epsilons: tuple[float, ...] = (1.0, 2.0), sim_reps: int = 200, gw_re
                         nz = rnm_noise(_params(eps, t), N).with_bug(bug)
                         sim: Any = SimulatedVotingTarget([1.0, t - 1.0], [0.0, float(t)], nz)  # weather 0, music 1
                         target = sim if view == "white-box" else BlackBox(sim)
-                        t0 = time.perf_counter()
-                        if name == "fixed":
-                            v, calls, _ = _fixed(target, attack, eps, trials, s)
-                            calls *= t
-                        else:
-                            v, calls, _, _ = _seq(target, attack, eps, t, s, probe)
-                        acc[name].append((v, calls, time.perf_counter() - t0))
+                        acc[name].append(_measure(target, attack, eps, t, trials, s, probe))
                 block[f"simulated {view}/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
         for mode in GW_MODES:
             acc = {name: [] for name, _ in runs}
@@ -129,23 +137,15 @@ def compare(epsilons: tuple[float, ...] = (1.0, 2.0), sim_reps: int = 200, gw_re
                 for name, probe in runs:
                     with StandaloneGateway(mode, seed=100 + s) as gw:
                         target = RemoteTarget(gw.url, "rnm", _params(eps, t), {})
-                        t0 = time.perf_counter()
                         try:
-                            if name == "fixed":
-                                v, _, _ = _fixed(target, attack, eps, trials, s)
-                            else:
-                                v, _, _, _ = _seq(target, attack, eps, t, s, probe)
+                            v, _, seconds = _measure(target, attack, eps, t, trials, s, probe)
                         finally:
                             target.close()
-                        prompts = gw.prompts  # classify calls x their partitions, counted by the gateway
-                        acc[name].append((v, prompts, time.perf_counter() - t0))
+                        # classify calls x their partitions, counted by the gateway itself
+                        acc[name].append((v, gw.prompts, seconds))
             block[f"gateway black-box/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
         out[f"epsilon={eps:g}"] = block
     return out
-
-
-IN_MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth",
-            "winner_only": "winner_only", "no_noise": {"noise_multiplier": 1e-12}}
 
 
 def inprocess(lm: Any, epsilons: tuple[float, ...] = (1.0, 2.0), reps: int = 1,
@@ -163,21 +163,16 @@ def inprocess(lm: Any, epsilons: tuple[float, ...] = (1.0, 2.0), reps: int = 1,
         t, trials = rec["partitions"], rec["trials"]
         block: dict[str, Any] = {"design": {"partitions": t, "trials": trials}}
         for view in ("white-box", "black-box"):
-            for mode, bug in IN_MODES.items():
+            for mode, bug in SIM_MODES.items():  # the same bugs, through BrokenVoting
                 if view == "black-box" and mode not in black_box_modes:
                     continue
-                acc: dict[str, list[tuple[str, int, float]]] = {"fixed": [], f"sequential_T{t}+probe": []}
+                runs: dict[str, bool | None] = {"fixed": None, f"sequential_T{t}+probe": True}
+                acc: dict[str, list[tuple[str, int, float]]] = {name: [] for name in runs}
                 for s in range(reps):
-                    for name in acc:
+                    for name, probe in runs.items():
                         mt = MechanismTarget(lm, "rnm", _params(eps, t), {}, bug=bug)
                         target: Any = mt if view == "white-box" else BlackBox(mt)
-                        t0 = time.perf_counter()
-                        if name == "fixed":
-                            v, calls, _ = _fixed(target, attack, eps, trials, s)
-                            calls *= t
-                        else:
-                            v, calls, _, _ = _seq(target, attack, eps, t, s, True)
-                        acc[name].append((v, calls, time.perf_counter() - t0))
+                        acc[name].append(_measure(target, attack, eps, t, trials, s, probe))
                 block[f"in-process rnm {view}/{mode}"] = {name: _row(rows) for name, rows in acc.items()}
         out[f"epsilon={eps:g}"] = block
     return out
