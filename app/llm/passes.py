@@ -65,16 +65,28 @@ def attention_mask_4d(kv_mask: torch.Tensor, seg: torch.Tensor, impl: str, dtype
 
 def _gather_scores(lm: Any, hidden: torch.Tensor, row_idx: list[int], pos_idx: list[int], targets: list[int],
                    owner: list[int], n_out: int) -> torch.Tensor:
-    """Sum of log p(target) at hidden[row, pos] per owner: (n_out,) float64 on the CPU."""
+    """Sum of log p(target) at hidden[row, pos] per owner: (n_out,) float64 on the CPU.
+
+    Each distinct (row, pos) goes through the LM head and its log-softmax once: the first token of
+    every continuation is predicted from the same last prompt position, so with K labels a row's
+    targets share few positions (issue 27: 8 rows x 5 labels of 1-2 tokens were 56 vocabulary-wide
+    rows for 24 positions). Per position the numbers are the ones a row of its own would give.
+    """
     totals = torch.zeros(n_out, dtype=torch.float64)
-    ri = torch.as_tensor(row_idx, device=lm.device)
-    pi = torch.as_tensor(pos_idx, device=lm.device)
+    where: dict[tuple[int, int], int] = {}
+    slot = [where.setdefault((r, q), len(where)) for r, q in zip(row_idx, pos_idx)]
+    uniq = list(where)
+    ri = torch.as_tensor([r for r, _ in uniq], device=lm.device)
+    pi = torch.as_tensor([q for _, q in uniq], device=lm.device)
+    sl_t = torch.as_tensor(slot, device=lm.device)
     tt = torch.as_tensor(targets, device=lm.device)
     ow = torch.as_tensor(owner)
-    for a in range(0, len(targets), LM_HEAD_CHUNK):
-        sl = slice(a, a + LM_HEAD_CHUNK)
-        lp = torch.log_softmax(lm._logits(hidden[ri[sl], pi[sl]]), dim=-1)
-        totals.index_add_(0, ow[sl], lp.gather(1, tt[sl, None]).squeeze(1).double().cpu())
+    picked = torch.empty(len(targets), dtype=torch.float64)
+    for a in range(0, len(uniq), LM_HEAD_CHUNK):
+        lp = torch.log_softmax(lm._logits(hidden[ri[a:a + LM_HEAD_CHUNK], pi[a:a + LM_HEAD_CHUNK]]), dim=-1)
+        mine = ((sl_t >= a) & (sl_t < a + LM_HEAD_CHUNK)).nonzero().squeeze(1)
+        picked[mine.cpu()] = lp[sl_t[mine] - a, tt[mine]].double().cpu()
+    totals.index_add_(0, ow, picked)
     return totals
 
 

@@ -72,6 +72,26 @@ def test_one_pass_is_exact_in_float64(tiny64, header_prompts, mixed_prompts, reu
     assert np.ptp(want, axis=1).min() > 1e-3  # labels tell apart: a wrong mask would show
 
 
+@pytest.mark.parametrize("one_pass", [True, False], ids=["one-pass", "two-stage"])
+def test_lm_head_scores_each_position_once(tiny64, mixed_prompts, one_pass, monkeypatch):
+    """Every label's first token is predicted from the prompt's last position: the vocabulary-wide
+    LM head and log-softmax run once per distinct (row, position), not once per label token."""
+    tok = [tiny64.tokenizer(c, add_special_tokens=False)["input_ids"] for c in LABELS]
+    assert len({len(t) for t in tok}) > 1 and min(len(t) for t in tok) == 1  # mixed lengths, shared first position
+    prompts = mixed_prompts[:4]
+    seen: list[int] = []
+    real = tiny64._logits
+    monkeypatch.setattr(tiny64, "_logits", lambda h: (seen.append(h.shape[0]), real(h))[1])
+    with paths(tiny64, fast=True, one_pass=one_pass):
+        got = tiny64.continuation_logprobs(prompts, LABELS)
+    # one_pass: the prompt's last position, then one per later continuation token (shared by none);
+    # two-stage: one row per (prompt, label), so the first token's position repeats per label there
+    per_prompt = 1 + sum(len(t) - 1 for t in tok) if one_pass else sum(len(t) for t in tok)
+    assert sum(seen) == len(prompts) * per_prompt
+    want = np.array([[plain_score(tiny64, p, c) for c in LABELS] for p in prompts])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+
+
 def test_single_token_fast_path_is_exact_in_float64(tiny64, header_prompts):
     with paths(tiny64, fast=False, one_pass=False):
         two_stage = tiny64.continuation_logprobs(header_prompts, SINGLE)
