@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from app.store.base import utcnow
 from app.store.gateway_tables import BudgetAccount, LedgerEntry
+
+# The statements every answer runs, built once with bound parameters (issue 27): building a
+# statement's expression tree costs more Python than SQLite's whole round trip, and the compiled
+# form is cached by SQLAlchemy either way. Same SQL, same locking, as when built per call.
+_LOCK_ACCOUNT = (
+    update(BudgetAccount)
+    .where(BudgetAccount.dataset_id == bindparam("the_dataset"), BudgetAccount.tenant_id == bindparam("the_tenant"))
+    .values(version=BudgetAccount.version + 1)
+    .returning(BudgetAccount)
+)
+_FIND_ENTRY = select(LedgerEntry).where(LedgerEntry.dataset_id == bindparam("dataset_id"),
+                                        LedgerEntry.idempotency_key == bindparam("key"))
+_FIND_REUSABLE = (
+    select(LedgerEntry)
+    .where(LedgerEntry.dataset_id == bindparam("dataset_id"), LedgerEntry.reuse_key == bindparam("key"),
+           LedgerEntry.status == "charged", LedgerEntry.response.is_not(None))
+    .order_by(LedgerEntry.id)
+    .limit(1)
+)
+# A Core insert on the table (column defaults apply; no ORM bulk-insert machinery for one row).
+_ENTRIES = LedgerEntry.__table__
+_ADD_ENTRY = insert(_ENTRIES).returning(_ENTRIES.c.id)
 
 
 def create_account(session: Session, **fields) -> BudgetAccount:
@@ -26,10 +48,7 @@ def lock_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAcc
     session's copy is refreshed from it (``populate_existing``), never a stale one.
     """
     return session.scalars(
-        update(BudgetAccount)
-        .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.tenant_id == tenant_id)
-        .values(version=BudgetAccount.version + 1)
-        .returning(BudgetAccount),
+        _LOCK_ACCOUNT, {"the_dataset": dataset_id, "the_tenant": tenant_id},
         execution_options={"populate_existing": True, "synchronize_session": False},
     ).one_or_none()
 
@@ -41,20 +60,12 @@ def get_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAcco
 
 
 def find_entry(session: Session, dataset_id: str, idempotency_key: str) -> LedgerEntry | None:
-    return session.scalar(
-        select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.idempotency_key == idempotency_key)
-    )
+    return session.scalar(_FIND_ENTRY, {"dataset_id": dataset_id, "key": idempotency_key})
 
 
 def find_reusable(session: Session, dataset_id: str, reuse_key: str) -> LedgerEntry | None:
     """The earliest live charge of an identical request whose released answer is stored."""
-    return session.scalar(
-        select(LedgerEntry)
-        .where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.reuse_key == reuse_key,
-               LedgerEntry.status == "charged", LedgerEntry.response.is_not(None))
-        .order_by(LedgerEntry.id)
-        .limit(1)
-    )
+    return session.scalar(_FIND_REUSABLE, {"dataset_id": dataset_id, "key": reuse_key})
 
 
 def get_entry(session: Session, entry_id: int) -> LedgerEntry | None:
@@ -63,7 +74,10 @@ def get_entry(session: Session, entry_id: int) -> LedgerEntry | None:
 
 def add_entry(session: Session, **fields) -> int:
     """Append a ledger entry; its id. One ``INSERT ... RETURNING`` (no unit-of-work flush)."""
-    return int(session.execute(insert(LedgerEntry).values(**fields).returning(LedgerEntry.id)).scalar_one())
+    unknown = set(fields) - set(_ENTRIES.c.keys())
+    if unknown:  # a Core insert would silently drop them
+        raise TypeError(f"unknown ledger entry fields: {sorted(unknown)}")
+    return int(session.execute(_ADD_ENTRY, fields).scalar_one())
 
 
 def live_entries(session: Session, dataset_id: str) -> list[LedgerEntry]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from app.store.base import new_id
@@ -59,13 +59,18 @@ def get_dataset(session: Session, dataset_id: str, tenant_id: str) -> Dataset | 
     return session.scalar(select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id))
 
 
+# Built once (every answer runs it; see budget_repo's note on prebuilt statements).
+_DATASET_WITH_ACCOUNT = (
+    select(Dataset, BudgetAccount)
+    .outerjoin(BudgetAccount, (BudgetAccount.dataset_id == Dataset.id)
+               & (BudgetAccount.tenant_id == bindparam("tenant_id")))
+    .where(Dataset.id == bindparam("dataset_id"), Dataset.tenant_id == bindparam("tenant_id"))
+)
+
+
 def get_dataset_with_account(session: Session, dataset_id: str, tenant_id: str) -> tuple[Dataset, BudgetAccount | None] | None:
     """A dataset the tenant may see and its budget account (None for a public set), in one query."""
-    row = session.execute(
-        select(Dataset, BudgetAccount)
-        .outerjoin(BudgetAccount, (BudgetAccount.dataset_id == Dataset.id) & (BudgetAccount.tenant_id == tenant_id))
-        .where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id)
-    ).first()
+    row = session.execute(_DATASET_WITH_ACCOUNT, {"dataset_id": dataset_id, "tenant_id": tenant_id}).first()
     return (row[0], row[1]) if row is not None else None
 
 
