@@ -255,6 +255,19 @@ class Composed:
         below adds at most Phi(-14) of its mass (delta_G(e) <= Phi(-e/mu + mu/2), decreasing in e),
         one above at most its mass (delta_G <= 1); both bounds are added, so this stays an upper bound."""
         d = self.pure
+        if d is _POINT and self.mu > 0.0:
+            c = self.mu * self.mu / 2.0 + 14.0 * self.mu
+            if -c <= eps < c:
+                # A Gaussian-only history inside the window (one atom at 0, none above or below it):
+                # the general branch's operations on one element, without its array bookkeeping (an
+                # answer's budget check solves for eps with ~13 of these; issue 27). Same float ops,
+                # same result bit for bit (tests/privacy/test_pld_gaussian_fast_path.py).
+                mu = self.mu
+                la = special.log_ndtr(-eps / mu + mu / 2.0)
+                lb = eps + special.log_ndtr(-eps / mu - mu / 2.0)
+                if not lb < la:
+                    return -math.inf
+                return float(la + np.log1p(-np.exp(np.minimum(lb - la, 0.0))))
         parts: list[float] = []
         if self.mu == 0.0:
             lo, hi = int(np.searchsorted(d.losses, eps, side="right")), d.losses.size
