@@ -46,6 +46,7 @@ from .budget import cpu_pass_cost_tokens, device_token_budgets
 from .chunking import choose_tokens, plan_chunks
 from .cuda_graphs import GraphForward, GraphOptions
 from .decode import DecodeSession
+from .encode import encode_plain_many
 from .errors import CapabilityError
 from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix, cache_layers
 from .scheduler import BatchScheduler, SchedulerOptions
@@ -242,7 +243,7 @@ class HFLanguageModel:
         if not texts:
             return []
         with self._tok_lock:
-            return [list(r) for r in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+            return encode_plain_many(self.tokenizer, texts)
 
     def _with_bos(self, ids: list[int]) -> list[int]:
         if self._bos_id is not None and (not ids or ids[0] != self._bos_id):
