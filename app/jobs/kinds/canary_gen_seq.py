@@ -7,6 +7,10 @@ number (the cap): pairs of trials in batches until a violation, a pass (every
 claims nothing: zero_shot, full_context) and the L3 judge can only end violation or inconclusive, so
 they need an explicit cap (``"auto"`` would spend 10000 trials on a verdict that can never be a
 pass). ``ksa``'s design model needs the signal texts (its keywords): they are passed.
+
+White-box (``threat_model`` "white-box" or "both", the default, on a mechanism target, or a remote
+target with ``white_box``): the audit also reads the noise the target reports (``app.audit.gen_noise``:
+esa's clean and noisy mean); for the other mechanisms a note says why they stay black-box.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ def check(config: Any) -> None:
                              param=no[1])
     if no is None and config.target.type == "mechanism":
         _design(config, config.target.params, config.dataset.size, 1.0, signals)  # the params' own errors, as 422s
+
+
+def white_box(config: Any) -> bool:
+    """Read the target's reported noise: not for threat_model black-box, nor a remote target that is
+    not asked for its internals."""
+    t = config.target
+    return config.threat_model != "black-box" and (t.type != "remote" or bool(t.white_box))
 
 
 def _design(config: Any, params: dict[str, Any], n: int, distance: float | None,
@@ -90,7 +101,8 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
         res = run_gen_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, design=design,
                                  alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
                                  cap=cap(config.trials), rng=rng, no_model=None if no is None else no[0],
-                                 progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m))
+                                 progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m),
+                                 white_box=white_box(config))
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     out: dict[str, Any] = {
         "mode": "sequential", "task": "generation", "target": target.name, "attack": attack.to_dict(),
