@@ -93,6 +93,14 @@ def observe_noise(ev: NoiseEvidence, obs: Any) -> bool:
     return True
 
 
+def noise_finding(ev: NoiseEvidence) -> str:
+    """What the noise evidence against the claim found, for a verdict's reason."""
+    if ev.impossible:
+        return "; ".join(ev.impossible)
+    return (f"the reported noise is smaller than the claimed sigma {ev.scale:.4g} (mixture of likelihood ratios of "
+            f"the noise at sigma x 1/2, 1/4, 1/10 over the claimed: {ev.e_violation:.3g})")
+
+
 def _signal_pair(distance: float, dims: int) -> tuple[np.ndarray, np.ndarray]:
     """Unit vectors e1, e0 at distance ``distance`` in ``dims`` dimensions."""
     e0, e1 = np.zeros(dims), np.zeros(dims)
@@ -152,5 +160,5 @@ class ESAWhiteBoxTarget:
                                      nearest=True)
 
 
-__all__ = ["COVERED", "ESAWhiteBoxTarget", "NOT_NEAREST", "WHITE_BOX_GAPS", "observe_noise", "white_box_evidence",
-           "white_box_gap"]
+__all__ = ["COVERED", "ESAWhiteBoxTarget", "NOT_NEAREST", "WHITE_BOX_GAPS", "noise_finding", "observe_noise",
+           "white_box_evidence", "white_box_gap"]

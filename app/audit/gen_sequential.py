@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.gen_noise import observe_noise, white_box_evidence, white_box_gap
+from app.audit.gen_noise import noise_finding, observe_noise, white_box_evidence, white_box_gap
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
@@ -176,15 +176,12 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
         report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at {threshold:g})")
         if ev >= threshold:
             verdict = "violation"
-            black = 0.5 * (acc.e + both.e)
-            decided_by = "black-box" if noise is None or black >= noise.e_violation else "white-box"
+            white = noise is not None and noise.e_violation > 0.5 * (acc.e + both.e)
+            decided_by = "white-box" if white else "black-box"
+            why = (f"white-box: {noise_finding(noise)}" if noise is not None and white else
+                   f"pair accuracy of the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g}")
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
-                      f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; "
-                      + (f"pair accuracy of the guess 'y1 released' {correct / pairs:.3g} against the claim's most "
-                         f"{p0:.3g})" if decided_by == "black-box" else
-                         "white-box: " + ("; ".join(noise.impossible) if noise is not None and noise.impossible else
-                                          f"the reported noise is smaller than the claimed sigma (likelihood ratio "
-                                          f"{noise.e_violation if noise is not None else 0.0:.3g})") + ")"))
+                      f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
         if alts and all(v >= threshold for v in ea.values()):
             verdict = "pass"
