@@ -182,3 +182,25 @@ def test_real_esa_code_white_box():
     r = run_gen_sequential(esa(2.0, Farthest), EX, ATTACK, claimed_epsilon=2.0, delta=1e-5, design=d,
                            alternatives=REQUIRED, alpha=ALPHA, cap=4, rng=np.random.default_rng(28), white_box=True)
     assert NOT_NEAREST in r.white_box["impossible"] and NOT_NEAREST in r.reason
+
+
+def test_the_job_reads_the_noise_only_where_it_is_asked_for_and_the_claim_is_the_params():
+    """canary_gen_seq: threat_model black-box, or a remote target without ``white_box``: no noise
+    read; a claim tighter than the target's params' epsilon: none either (their sigma is what the
+    noise would be tested against), with the note; otherwise read."""
+    from app.jobs.kinds.canary_gen_seq import reads_noise
+    from app.jobs.kinds.canary_mia import CanaryMIAConfig
+
+    esa = {"type": "mechanism", "mechanism": "esa", "params": {"epsilon": 2.0, "partitions": 2}}
+    remote = {"type": "remote", "url": "https://gateway.example", "mechanism": "esa", "params": {"epsilon": 2.0}}
+
+    def cfg(**kw):
+        return CanaryMIAConfig.model_validate({"task": "generation", "mode": "sequential", "trials": 10,
+                                               "target": esa, **kw})
+    assert reads_noise(cfg(), 2.0, 2.0) == (True, None)
+    assert reads_noise(cfg(), 4.0, 2.0) == (True, None)  # a looser claim: the params' sigma is more noise
+    assert reads_noise(cfg(threat_model="black-box"), 2.0, 2.0) == (False, None)
+    assert reads_noise(cfg(target=remote), 2.0, 2.0) == (False, None)
+    assert reads_noise(cfg(target={**remote, "white_box": True}), 2.0, 2.0) == (True, None)
+    wb, note = reads_noise(cfg(), 1.0, 2.0)
+    assert not wb and note is not None and "tighter" in note

@@ -57,6 +57,18 @@ def white_box(config: Any) -> bool:
     return config.threat_model != "black-box" and (t.type != "remote" or bool(t.white_box))
 
 
+def reads_noise(config: Any, claim: float, eps_claimed: float | None) -> tuple[bool, str | None]:
+    """(read the target's noise, why not where it was asked for). The design (the noise's sigma, the
+    alternatives' laws) is the target's params': a claim tighter than the epsilon they give is left to
+    the black-box test (the noise would be checked against the params' sigma, not the claim's)."""
+    if not white_box(config):
+        return False, None
+    if eps_claimed is not None and float(claim) < float(eps_claimed) * (1.0 - 1e-9):
+        return False, (f"white-box: not used: the claim epsilon {claim:g} is tighter than the target's own "
+                       f"{eps_claimed:g}, and the noise would be tested against its params' sigma")
+    return True, None
+
+
 def _design(config: Any, params: dict[str, Any], n: int, distance: float | None,
             signals: tuple[str, ...] | None = None) -> Any:
     from app.audit.gen_power import NoPowerModel, generation_design
@@ -91,6 +103,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     except ValueError as exc:
         raise JobConfigError(str(exc), param="config.query") from None
     claim, delta, eps_claimed = claim_of(ctx, config, target, len(exemplars))
+    wb, wb_note = reads_noise(config, claim, eps_claimed)
     no = _no_model(config)
     design = None
     if no is None:
@@ -102,7 +115,9 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
                                  alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
                                  cap=cap(config.trials), rng=rng, no_model=None if no is None else no[0],
                                  progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m),
-                                 white_box=white_box(config))
+                                 white_box=wb)
+    if wb_note:
+        res.notes.append(wb_note)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     out: dict[str, Any] = {
         "mode": "sequential", "task": "generation", "target": target.name, "attack": attack.to_dict(),
