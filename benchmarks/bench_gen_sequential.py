@@ -2,17 +2,26 @@
 
     PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 200
     PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 50 --json
+    PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 200 --json \
+        --out benchmarks/results/issue28/gen_sequential_whitebox.json
 
 For each mechanism gen_power models (esa: 4 partitions x 2 shots, max_tokens 8; clip_softmax, poe,
 mozo: one unit of 8 shots, max_tokens 1) and claimed epsilon 1 and 2 (8 exemplars, D = 0.5562,
 alternatives noise_tenth + no_noise + non_private, confidence 0.95):
 
 * fixed: the trials the planner's power model (``gen_power.gen_design_power``, black-box, and for esa
-  also white-box + black-box) needs for P(detect) >= 0.9 of every alternative (None: no count up to
-  20000), i.e. the model calls of a fixed audit whatever the target;
+  also white-box + black-box: with the noise conformance test on 384 MiniLM coordinates per trial, as
+  the job's planner plans it, and with the white-box margin alone) needs for P(detect) >= 0.9 of
+  every alternative (None: no count up to 20000), i.e. the model calls of a fixed audit whatever
+  the target;
 * sequential: ``gen_sequential.run_gen_sequential`` against targets that follow the design model
   exactly (``DesignModelTarget``: the correct release, noise x 1/4, x 1/10, no noise, non-private),
-  ``--reps`` audits each (cap ``--cap``): mean trials to the verdict and the verdicts' counts.
+  ``--reps`` audits each (cap ``--cap``): mean trials to the verdict and the verdicts' counts;
+* white-box (esa only: ``gen_noise.COVERED``): the same targets seen white-box
+  (``gen_noise.ESAWhiteBoxTarget``: esa's own noise and nearest-candidate code on the design model's
+  geometry, 384 noise draws per answer; the non-private release reports no internals), the audit
+  with ``white_box=True``. The token mechanisms' internals carry no noise draw
+  (``gen_noise.WHITE_BOX_GAPS``): their white-box audit is the black-box one.
 
 Trials = model calls to the target (one answer each). The laws are the design model's (the auditor's
 best case): real models that do not follow the signal query need more.
@@ -31,8 +40,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.audit import Canary  # noqa: E402
-from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design, smallest_trials  # noqa: E402
+from app.audit.gen_plan import smallest_trials  # noqa: E402
+from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design  # noqa: E402
 from app.audit.gen_queries import DEFAULT_SIGNALS, resolve_generation_query  # noqa: E402
+from app.audit.gen_noise import COVERED, ESAWhiteBoxTarget  # noqa: E402
 from app.audit.gen_sequential import DesignModelTarget, run_gen_sequential  # noqa: E402
 
 EX = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(8)]
@@ -42,11 +53,12 @@ DESIGNS = {"esa": ({"partitions": 4, "shots_per_partition": 2}, 8),
            "clip_softmax": ({"prompts": 1, "shots_per_prompt": 8}, 1),
            "poe": ({"experts": 1, "group_size": 8}, 1),
            "mozo": ({"experts": 1, "group_size": 8}, 1)}
+DIMS = 384  # MiniLM: esa's noise draws per answer
 TARGETS = ("claimed", "noise_quarter", "noise_tenth", "no_noise", "non_private")
 
 
-def fixed_trials(design_of, eps: float, tms: tuple[str, ...]) -> int | None:
-    d = design_of("white-box" in tms)
+def fixed_trials(design_of, eps: float, tms: tuple[str, ...], dims: int = 0) -> int | None:
+    d = design_of("white-box" in tms, dims)
 
     def rep(n: int):
         return gen_design_power(d, trials=n, claimed_epsilon=eps, confidence=0.95, threat_models=tms, delta=1e-5,
@@ -54,43 +66,70 @@ def fixed_trials(design_of, eps: float, tms: tuple[str, ...]) -> int | None:
     return smallest_trials(rep, 20_000)
 
 
+def _cell(make_target, d, eps: float, reps: int, cap: int, attack, white_box: bool) -> dict:
+    res = [run_gen_sequential(make_target(), EX, attack, claimed_epsilon=eps, delta=1e-5, design=d,
+                              alternatives=DEFAULT_GEN_REQUIRED, alpha=0.05, cap=cap, rng=np.random.default_rng(seed),
+                              white_box=white_box) for seed in range(reps)]
+    v = [r.verdict for r in res]
+    by = [r.decided_by for r in res if r.decided_by]
+    return {"mean_trials": float(np.mean([r.trials for r in res])),
+            **{k: v.count(k) for k in ("pass", "violation", "inconclusive") if v.count(k)},
+            **({"decided_by": {k: by.count(k) for k in sorted(set(by))}} if white_box else {})}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--cap", type=int, default=2000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", help="also write the JSON (with the command) to this path")
     a = ap.parse_args()
     attack = resolve_generation_query("signal_text", Canary("false_fact", CANARY, CANARY), DEFAULT_SIGNALS)
     rows = []
     t0 = time.perf_counter()
     for mech, (params, tokens) in DESIGNS.items():
         for eps in (1.0, 2.0):
-            def design_of(white_box: bool, mech=mech, params=params, tokens=tokens, eps=eps):
+            def design_of(white_box: bool, dims: int = 0, mech=mech, params=params, tokens=tokens, eps=eps):
                 return generation_design(mech, {"epsilon": eps, "delta": 1e-5, **params}, len(EX), max_tokens=tokens,
-                                         white_box=white_box and mech == "esa", distance=D)
+                                         white_box=white_box and mech == "esa", distance=D, noise_dims=dims)
             d = design_of(False)
             row = {"mechanism": mech, "claim": eps, "fixed_black_box": fixed_trials(design_of, eps, ("black-box",))}
             if mech == "esa":
-                row["fixed_white_box"] = fixed_trials(design_of, eps, ("black-box", "white-box"))
+                both = ("black-box", "white-box")
+                row["fixed_white_box"] = fixed_trials(design_of, eps, both, DIMS)
+                row["fixed_white_box_margin_only"] = fixed_trials(design_of, eps, both)
             for t in TARGETS:
-                res = [run_gen_sequential(DesignModelTarget(d, t), EX, attack, claimed_epsilon=eps, delta=1e-5,
-                                          design=d, alternatives=DEFAULT_GEN_REQUIRED, alpha=0.05, cap=a.cap,
-                                          rng=np.random.default_rng(seed)) for seed in range(a.reps)]
-                v = [r.verdict for r in res]
-                row[t] = {"mean_trials": float(np.mean([r.trials for r in res])),
-                          **{k: v.count(k) for k in ("pass", "violation", "inconclusive") if v.count(k)}}
+                row[t] = _cell(lambda t=t: DesignModelTarget(d, t), d, eps, a.reps, a.cap, attack, False)
+            if mech in COVERED:
+                row["white_box"] = {t: _cell(lambda t=t: ESAWhiteBoxTarget(d, t), d, eps, a.reps, a.cap, attack, True)
+                                    for t in TARGETS}
             rows.append(row)
-    out = {"reps": a.reps, "cap": a.cap, "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    out = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "reps": a.reps, "cap": a.cap,
+           "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     if a.json:
         print(json.dumps(out, indent=1))
         return
     print(f"| mechanism | claim | fixed (black-box) | {' | '.join(TARGETS)} |")
     print("|---|---|---|" + "---|" * len(TARGETS))
     for r in rows:
-        fixed = str(r["fixed_black_box"]) + (f" (white-box {r['fixed_white_box']})" if "fixed_white_box" in r else "")
+        fixed = str(r["fixed_black_box"]) + (f" (white-box {r['fixed_white_box']}; margin only "
+                                              f"{r['fixed_white_box_margin_only']})" if "fixed_white_box" in r else "")
         cells = [f"{r[t]['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in r[t].items() if k != "mean_trials")
                  for t in TARGETS]
         print(f"| {r['mechanism']} | {r['claim']:g} | {fixed} | " + " | ".join(cells) + " |")
+    print(f"\nwhite-box (esa seen white-box; the token mechanisms' white-box audit is their black-box one)\n"
+          f"| mechanism | claim | fixed (white-box) | {' | '.join(TARGETS)} |")
+    print("|---|---|---|" + "---|" * len(TARGETS))
+    for r in rows:
+        if "white_box" not in r:
+            continue
+        cells = [f"{c['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in c.items()
+                                                        if k not in ("mean_trials", "decided_by"))
+                 + " (" + ", ".join(f"{k} {n}" for k, n in c.get("decided_by", {}).items()) + ")"
+                 for c in (r["white_box"][t] for t in TARGETS)]
+        print(f"| {r['mechanism']} | {r['claim']:g} | {r['fixed_white_box']} | " + " | ".join(cells) + " |")
     print(f"\n{a.reps} audits per cell, cap {a.cap}; {out['seconds']} s")
 
 

@@ -16,7 +16,8 @@ of processes that move on disjoint steps (each step's factor has conditional mea
   is not the argmax of the reported scores); (b) against each alternative of
   ``app.audit.power.ALTERNATIVES``, the likelihood ratio of the claimed law over the alternative's
   (a simple null: a martingale under it), or, where the alternative puts no noise on a score that
-  the observation shows noisy, an event of probability 0 under it.
+  the observation shows noisy, an event of probability 0 under it. The same processes read esa's
+  noisy - clean mean embedding, every coordinate one draw (``app.audit.gen_noise``).
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ class NoiseEvidence:
         self.impossible: list[str] = []  # findings of probability 0 under the claim
         self.log_alt = {name: 0.0 for name in alternatives}
 
-    def update(self, clean: Sequence[float], noisy: Sequence[float], released: int | None) -> None:
+    def update(self, clean: Sequence[float] | np.ndarray, noisy: Sequence[float] | np.ndarray,
+               released: int | None) -> None:
+        """One answer's clean and noisy statistic (a score vector, or a mean embedding: every coordinate
+        one draw of the noise); ``released``: the released label's index (None: no argmax check)."""
         c = np.asarray(clean, dtype=float)
         y = np.asarray(noisy, dtype=float)
         if c.shape != y.shape or c.ndim != 1 or c.size < 2:
@@ -140,10 +144,10 @@ class NoiseEvidence:
         r = y - c
         zero = np.abs(r) <= 1e-12 * np.maximum(1.0, np.abs(c))
         if released is not None and released >= 0 and released != int(np.argmax(y)):
-            self._impossible("a released label is not the argmax of the reported noisy scores")
+            self.flag("a released label is not the argmax of the reported noisy scores")
         if zero.any():
-            self._impossible("a score got no noise (a continuous noise is never exactly 0): noise missing on "
-                             "some labels (e.g. winner-only) or everywhere")
+            self.flag("a score got no noise (a continuous noise is never exactly 0): noise missing on some "
+                      "labels or coordinates (e.g. winner-only) or everywhere")
         z = r[~zero] / self.scale
         base = _logpdf(self.kind, z, 1.0)  # the claimed law's log density of each noisy score
         for i, m in enumerate(SCALE_DOWN):
@@ -159,7 +163,10 @@ class NoiseEvidence:
                 lr = float(np.sum(base - _logpdf(self.kind, z, m)))
                 self.log_alt[name] = min(INF_LOG, self.log_alt[name] + lr)
 
-    def _impossible(self, finding: str) -> None:
+    def flag(self, finding: str) -> None:
+        """Record an observation of probability 0 under the claim (the violation e-value jumps to the
+        cap): the caller's own consistency checks (e.g. a generation release that is not the one the
+        reported noisy statistic selects)."""
         if finding not in self.impossible:
             self.impossible.append(finding)
 

@@ -29,6 +29,14 @@ stopping time, and the audit may look after every batch.
   is gen_power's *design model*, the auditor's best case (the canary's unit follows the signal query:
   ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
   pass says the target is not the alternative *as that model predicts it*.
+* White-box (``white_box=True`` and a target that reports its clean and noisy statistic: esa's
+  clean and noisy mean, in-process or a gateway's internals): ``app.audit.gen_noise`` reads the noise
+  with ``eprocess.NoiseEvidence``. The violation e-value is then 1/2 the black-box mixture above + 1/2
+  the noise's (scaled-down likelihood ratios, events of probability 0: a zero residual, a release
+  that is not the candidate nearest the noisy mean); each alternative's e-value is 1/2 its bet + 1/2
+  the likelihood ratio of the claimed noise over the alternative's. Mechanisms whose internals do
+  not carry the noise (``gen_noise.WHITE_BOX_GAPS``) stay black-box, with a note saying why.
+  ``decided_by`` says which half carried the verdict.
 * Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (the
   L3 judge, a mechanism that claims nothing) only the violation test runs: violation or inconclusive.
 
@@ -45,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from app.audit.gen_noise import noise_finding, observe_noise, white_box_evidence, white_box_gap
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
@@ -61,6 +70,8 @@ class GenSequentialResult(SequentialResult):
     laws: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # alt -> tie -> [P(y1 | in), P(y1 | out)]
     y1_with: float = 0.0  # observed share of y1 releases with the canary
     y1_without: float = 0.0
+    decided_by: str = ""  # white-box | black-box | white-box and black-box ("": inconclusive)
+    white_box: dict[str, Any] = field(default_factory=dict)  # the noise evidence: trials read, e-values, findings
 
 
 class GenAlternative:
@@ -97,10 +108,12 @@ def design_summary(design: GenerationDesign) -> dict[str, Any]:
 def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: Any, *, claimed_epsilon: float,
                        delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float,
                        cap: int = DEFAULT_CAP, rng: np.random.Generator, batch_pairs: int = DEFAULT_BATCH_PAIRS,
-                       no_model: str | None = None, progress: Progress | None = None) -> GenSequentialResult:
+                       no_model: str | None = None, progress: Progress | None = None,
+                       white_box: bool = False) -> GenSequentialResult:
     """Draw pairs in batches of ``batch_pairs`` until the violation e-process or every required
     alternative's crosses 1/alpha, or ``cap`` trials. ``design``: gen_power's design model of the
-    target (None: no alternative can be modelled, ``no_model`` says why; violation or inconclusive)."""
+    target (None: no alternative can be modelled, ``no_model`` says why; violation or inconclusive).
+    ``white_box``: also read the noise the target reports (``app.audit.gen_noise``)."""
     if not 0.0 < alpha < 1.0:
         raise ValueError("alpha must lie in (0, 1)")
     if cap < 2 or batch_pairs < 1:
@@ -123,17 +136,30 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
                      + ": no alternative can be rejected, so no pass")
     elif alts:
         notes.append(ASSUMED_NOTE)
+    noise = white_box_evidence(design, alternatives, claimed_epsilon, delta) if white_box else None
+    if white_box and design is not None and noise is None:
+        notes.append(f"white-box: {design.mechanism} is audited black-box only: {white_box_gap(design.mechanism)}")
+    read = 0  # answers whose noise was read
+
+    def e_violation() -> float:
+        black = 0.5 * (acc.e + both.e)
+        return black if noise is None else 0.5 * black + 0.5 * noise.e_violation
+
+    def e_alts() -> dict[str, float]:
+        return {a.name: a.e if noise is None else 0.5 * (a.e + noise.e_alternative(a.name)) for a in alts}
     threshold = 1.0 / alpha
     trials = pairs = 0
     correct = 0.0
     seen = {True: 0, False: 0}
     history: list[dict[str, float]] = []
-    verdict, reason = "inconclusive", ""
+    verdict, reason, decided_by = "inconclusive", "", ""
     while trials + 2 <= cap:
         for _ in range(min(batch_pairs, (cap - trials) // 2)):
             rel: dict[bool, float] = {}
             for member in ((True, False) if rng.random() < 0.5 else (False, True)):
                 obs = target.observe(c1 if member else c0, attack, rng)
+                if noise is not None:
+                    read += observe_noise(noise, obs)
                 rel[member] = float(obs.label == y1)
                 for a in alts:
                     a.update(rel[member], member)
@@ -145,37 +171,53 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
             correct += x
             acc.update(x, p0)
             both.update(rel[True] * (1.0 - rel[False]), c2)
-        ev = 0.5 * (acc.e + both.e)
-        ea = {a.name: a.e for a in alts}
+        ev, ea = e_violation(), e_alts()
         history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
         report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at {threshold:g})")
         if ev >= threshold:
             verdict = "violation"
+            white = noise is not None and noise.e_violation > 0.5 * (acc.e + both.e)
+            decided_by = "white-box" if white else "black-box"
+            why = (f"white-box: {noise_finding(noise)}" if noise is not None and white else
+                   f"pair accuracy of the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g}")
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
-                      f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; pair accuracy of "
-                      f"the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g})")
+                      f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
         if alts and all(v >= threshold for v in ea.values()):
             verdict = "pass"
+            halves = {"white-box" if noise is not None and noise.e_alternative(a.name) >= a.e else "black-box"
+                      for a in alts}
+            decided_by = " and ".join(sorted(halves, reverse=True))
             reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
                       f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
-                      + " (release laws of gen_power's design model, the auditor's best case)")
+                      + (" (release laws of gen_power's design model, the auditor's best case)"
+                         if "black-box" in halves else "")
+                      + (" (white-box: the reported noise's likelihood under the claimed sigma over the "
+                         "alternatives')" if "white-box" in halves else ""))
             break
-    ea = {a.name: a.e for a in alts}
+    ea = e_alts()
     if verdict == "inconclusive":
         open_ = [n for n in alternatives if ea.get(n, 0.0) < threshold]
-        reason = (f"cap of {cap} trials reached: e-value against the claim {0.5 * (acc.e + both.e):.3g} < "
+        reason = (f"cap of {cap} trials reached: e-value against the claim {e_violation():.3g} < "
                   f"{threshold:g}, and "
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
                   + " not rejected: not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
+    if noise is not None and not read:
+        notes.append("white-box: the target reported no clean and noisy mean (internals missing): black-box only")
+    if noise is not None and noise.impossible:
+        notes.append("white-box: " + "; ".join(noise.impossible))
     report(1.0, "sequential audit done")
     half = max(1, pairs)
+    comps = {"accuracy": acc.e, "both_right": both.e, **({"noise": noise.e_violation} if noise is not None else {})}
+    wb: dict[str, Any] = {} if noise is None else {
+        "noise": "gaussian", "sigma": float(noise.scale), "answers_read": read, "e_violation": noise.e_violation,
+        "e_alternatives": {n: noise.e_alternative(n) for n in noise.log_alt}, "impossible": list(noise.impossible)}
     return GenSequentialResult(
-        verdict, reason, trials, pairs, alpha, 0.5 * (acc.e + both.e), {"accuracy": acc.e, "both_right": both.e}, ea,
+        verdict, reason, trials, pairs, alpha, e_violation(), comps, ea,
         "assumed" if design is not None else "none", cap, p0, correct / half, time.perf_counter() - t0,
         prompts=trials, history=history[-200:], notes=notes, design=None if design is None else design_summary(design),
         laws={a.name: {t: list(v) for t, v in a.law.items()} for a in alts},
-        y1_with=seen[True] / half, y1_without=seen[False] / half)
+        y1_with=seen[True] / half, y1_without=seen[False] / half, decided_by=decided_by, white_box=wb)
 
 
 class DesignModelTarget:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 Exemplar = tuple[str, str]
 REFUSAL = "None"  # ContextLeak App. B: "replace your answer with None"
 PRIVACY_KEYS = ("epsilon", "delta", "adjacency")
+NEAREST_TOL = 1e-4  # SignalDecider.nearest: distance slack, relative to 1 + |noisy mean|
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class GenerationObservation(Observation):
     score: float | None = None  # black-box score (repeat attack): larger = more like a member
     noisy_vector: np.ndarray | None = None  # white-box: the noisy mean embedding (ESA)
     clean_vector: np.ndarray | None = None  # white-box: the clean mean it was noised from (ESA's noise = the difference)
+    # white-box: the released text is the reported candidate nearest the noisy mean (ESA, Algorithm 3 line 11) in
+    # the auditor's embedding; None: not checked (no candidates or no noisy mean reported)
+    nearest: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -76,22 +80,39 @@ class SignalDecider:
             return self.embed([attack.reference or ""])
         return self.embed(list(attack.labels[:2]))
 
+    def nearest(self, text: str, noisy_mean: np.ndarray, candidates: Sequence[str] | None) -> bool | None:
+        """Is ``text`` the candidate nearest ``noisy_mean`` in L2 of the embedder's vectors (ESA's
+        selection, Algorithm 3 line 11)? False where another candidate is nearer than the released
+        text by more than ``NEAREST_TOL`` x (1 + |noisy mean|) (slack for embedding float error, batch
+        padding, another machine's MiniLM), or the text is no candidate. None: no candidates. The
+        candidates (zero-shot, fresh every answer) are embedded without the cache."""
+        if not candidates:
+            return None
+        if text not in candidates:
+            return False
+        e = np.asarray(self.embedder.embed(list(dict.fromkeys([text, *candidates]))), dtype=float)
+        d = np.linalg.norm(e - noisy_mean[None, :], axis=1)
+        return bool(d[0] - d.min() <= NEAREST_TOL * (1.0 + float(np.linalg.norm(noisy_mean))))
+
     def observe(self, text: str, noisy_mean: Any, attack: GenerationAttack, epsilon: float | None = None,
-                delta: float | None = None, clean: Any = None) -> GenerationObservation:
+                delta: float | None = None, clean: Any = None,
+                candidates: Sequence[str] | None = None) -> GenerationObservation:
         e = self.embed([text])[0]
         pts = self.points(attack)
         m = None if noisy_mean is None else np.asarray(noisy_mean, dtype=float)
         c = None if clean is None or m is None else np.asarray(clean, dtype=float)
+        near = None if m is None or c is None else self.nearest(text, m, candidates)
         if attack.decision == "similarity":
             score = -float(np.linalg.norm(e - pts[0]))
             scores = None if m is None else np.array([-float(np.linalg.norm(m - pts[0])), 0.0])
             # The label slot never carries the answer: results and trial rows stay free of generated text.
             return GenerationObservation(attack.labels[1], scores, None, epsilon, delta, text=text, score=score,
-                                         noisy_vector=m, clean_vector=c)
+                                         noisy_vector=m, clean_vector=c, nearest=near)
         d = np.linalg.norm(pts - e[None, :], axis=1)
         label = attack.labels[0] if d[0] < d[1] else attack.labels[1]
         scores = None if m is None else -np.linalg.norm(pts - m[None, :], axis=1)  # margin = d0 - d1
-        return GenerationObservation(label, scores, None, epsilon, delta, text=text, noisy_vector=m, clean_vector=c)
+        return GenerationObservation(label, scores, None, epsilon, delta, text=text, noisy_vector=m, clean_vector=c,
+                                     nearest=near)
 
 
 def esa_claimed_sigma(mechanism: str, params: Mapping[str, Any], n_exemplars: int, max_tokens: int) -> float | None:
@@ -196,13 +217,15 @@ class GenerationMechanismTarget:
                 rng: np.random.Generator) -> GenerationObservation:
         res = self._run(context, attack, rng)
         obs = self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
-                                   res.privacy.get("epsilon"), res.privacy.get("delta"), res.internals.get("clean_mean"))
+                                   res.privacy.get("epsilon"), res.privacy.get("delta"), res.internals.get("clean_mean"),
+                                   res.internals.get("candidates"))
         if self.defence == "L3" and self._judge(context, attack, res.text):
             self.refusals += 1
             # The refusal says nothing: decided "not a member"; white-box internals unchanged.
             return GenerationObservation(attack.labels[1], obs.noisy_scores, None, obs.epsilon, obs.delta,
                                          text=REFUSAL, score=None if obs.score is None else -2.0,
-                                         noisy_vector=obs.noisy_vector, clean_vector=obs.clean_vector)
+                                         noisy_vector=obs.noisy_vector, clean_vector=obs.clean_vector,
+                                         nearest=None)  # the judge replaced the release after the noise
         return obs
 
     def _judge(self, context: Sequence[Exemplar], attack: GenerationAttack, output: str) -> bool:
@@ -329,7 +352,8 @@ class RemoteGenerationTarget:
         priv = out.get("privacy") or {}
         return self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
                                     priv.get("epsilon"), priv.get("delta"),
-                                    internals.get("clean_mean") if self.white_box else None)
+                                    internals.get("clean_mean") if self.white_box else None,
+                                    internals.get("candidates") if self.white_box else None)
 
     def clean_votes(self, context: Sequence[Exemplar], attack: GenerationAttack,
                     rng: np.random.Generator) -> CleanDraw:

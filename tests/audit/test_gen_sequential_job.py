@@ -20,11 +20,16 @@ def client(database_url, lm, embedder):
         yield c
 
 
-def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client):
+@pytest.mark.parametrize("threat_model", ["black-box", "both"])
+def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, threat_model):
     """The real esa mechanism on the bundled models, claim 0.5, alternative non_private, cap 40: the
     job stops at a verdict (the e-value crossing 1/alpha), and the result carries the trials used,
-    the e-values, the design model's laws and the note that they are assumed."""
-    job = submit(client, "canary_mia", {**SEQ, "trials": 40, "power": {"alternatives": ["non_private"]}})
+    the e-values, the design model's laws and the note that they are assumed. Black-box the release
+    decides; white-box (threat_model "both", the default) esa's reported noise (384 MiniLM
+    coordinates per answer, noisy - clean mean) passes after one pair, every release the candidate
+    nearest the noisy mean in the auditor's own MiniLM embedding."""
+    job = submit(client, "canary_mia", {**SEQ, "trials": 40, "threat_model": threat_model,
+                                        "power": {"alternatives": ["non_private"]}})
     j = wait_job(client, job["id"], timeout=900)
     assert j["status"] == "succeeded", j
     r = j["result"]
@@ -40,6 +45,12 @@ def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client):
     assert any("design model" in n for n in seq["notes"])
     assert j["verdict"] == "pass", j["verdict_reason"]
     assert f"after {seq['trials']} trials" in j["verdict_reason"] and seq["e_alternatives"]["non_private"] >= 20
+    if threat_model == "black-box":
+        assert seq["decided_by"] == "black-box" and seq["white_box"] == {} and "noise" not in seq["e_components"]
+    else:
+        wb = seq["white_box"]
+        assert seq["decided_by"] == "white-box" and seq["trials"] == 2 == wb["answers_read"], seq
+        assert wb["impossible"] == [] and wb["e_violation"] < 1.0 and wb["e_alternatives"]["non_private"] >= 20
 
 
 @pytest.mark.parametrize("config,param", [
@@ -73,10 +84,13 @@ def test_ksa_sequential_has_its_design_model(client):
         **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0, "partitions": 4}}, "trials": "auto"}))
 
 
-def test_remote_gateway_sequential_generation(live_server, embedder):
+@pytest.mark.parametrize("white_box", [False, True])
+def test_remote_gateway_sequential_generation(live_server, embedder, white_box):
     """The same test against a remote dpicl gateway (``RemoteGenerationTarget``: C1 and C0 registered
     once each, one private generate per trial): the cap is honoured, every trial is one gateway
-    call, and the design is computed from the target's params as for an in-process target."""
+    call, and the design is computed from the target's params as for an in-process target. White-box
+    (the 'internals' scope) the gateway's clean and noisy mean come back through JSON and its release
+    is the nearest candidate in the auditor's embedding: a pass after one pair on the noise."""
     import numpy as np
 
     from app.audit import Canary
@@ -88,13 +102,20 @@ def test_remote_gateway_sequential_generation(live_server, embedder):
     ex = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(4)]
     canary = "zq7 the lighthouse keeper owns eleven violet kites"
     attack = resolve_generation_query("signal_text", Canary("false_fact", canary, canary))
-    remote = RemoteGenerationTarget(live_server, embedder, "esa", dict(ESA["params"]), max_tokens=4, seeded=True)
+    remote = RemoteGenerationTarget(live_server, embedder, "esa", dict(ESA["params"]), max_tokens=4, seeded=True,
+                                    white_box=white_box)
     d = generation_design("esa", remote.params, len(ex), max_tokens=4, white_box=False,
                           distance=signal_distance(embedder, *attack.labels[:2]))
     try:
         r = run_gen_sequential(remote, ex, attack, claimed_epsilon=0.5, delta=1e-5, design=d,
-                               alternatives=["non_private"], alpha=0.05, cap=4, rng=np.random.default_rng(3))
+                               alternatives=["non_private"], alpha=0.05, cap=4, rng=np.random.default_rng(3),
+                               white_box=white_box)
     finally:
         remote.close()
-    assert r.trials == remote.calls == 4 and len(remote.datasets) == 2 and r.verdict in ("pass", "inconclusive")
+    assert r.trials == remote.calls and len(remote.datasets) == 2
+    if white_box:
+        assert (r.verdict, r.decided_by, r.trials) == ("pass", "white-box", 2), r.reason
+        assert r.white_box["answers_read"] == 2 and r.white_box["impossible"] == []
+    else:
+        assert r.trials == 4 and r.verdict in ("pass", "inconclusive")
     assert r.laws["non_private"] == {"positive": [1.0, 0.0]} and r.vote_model == "assumed"

@@ -7,6 +7,10 @@ number (the cap): pairs of trials in batches until a violation, a pass (every
 claims nothing: zero_shot, full_context) and the L3 judge can only end violation or inconclusive, so
 they need an explicit cap (``"auto"`` would spend 10000 trials on a verdict that can never be a
 pass). ``ksa``'s design model needs the signal texts (its keywords): they are passed.
+
+White-box (``threat_model`` "white-box" or "both", the default, on a mechanism target, or a remote
+target with ``white_box``): the audit also reads the noise the target reports (``app.audit.gen_noise``:
+esa's clean and noisy mean); for the other mechanisms a note says why they stay black-box.
 """
 
 from __future__ import annotations
@@ -46,6 +50,25 @@ def check(config: Any) -> None:
         _design(config, config.target.params, config.dataset.size, 1.0, signals)  # the params' own errors, as 422s
 
 
+def white_box(config: Any) -> bool:
+    """Read the target's reported noise: not for threat_model black-box, nor a remote target that is
+    not asked for its internals."""
+    t = config.target
+    return config.threat_model != "black-box" and (t.type != "remote" or bool(t.white_box))
+
+
+def reads_noise(config: Any, claim: float, eps_claimed: float | None) -> tuple[bool, str | None]:
+    """(read the target's noise, why not where it was asked for). The design (the noise's sigma, the
+    alternatives' laws) is the target's params': a claim tighter than the epsilon they give is left to
+    the black-box test (the noise would be checked against the params' sigma, not the claim's)."""
+    if not white_box(config):
+        return False, None
+    if eps_claimed is not None and float(claim) < float(eps_claimed) * (1.0 - 1e-9):
+        return False, (f"white-box: not used: the claim epsilon {claim:g} is tighter than the target's own "
+                       f"{eps_claimed:g}, and the noise would be tested against its params' sigma")
+    return True, None
+
+
 def _design(config: Any, params: dict[str, Any], n: int, distance: float | None,
             signals: tuple[str, ...] | None = None) -> Any:
     from app.audit.gen_power import NoPowerModel, generation_design
@@ -80,6 +103,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     except ValueError as exc:
         raise JobConfigError(str(exc), param="config.query") from None
     claim, delta, eps_claimed = claim_of(ctx, config, target, len(exemplars))
+    wb, wb_note = reads_noise(config, claim, eps_claimed)
     no = _no_model(config)
     design = None
     if no is None:
@@ -90,7 +114,10 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
         res = run_gen_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, design=design,
                                  alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
                                  cap=cap(config.trials), rng=rng, no_model=None if no is None else no[0],
-                                 progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m))
+                                 progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m),
+                                 white_box=wb)
+    if wb_note:
+        res.notes.append(wb_note)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     out: dict[str, Any] = {
         "mode": "sequential", "task": "generation", "target": target.name, "attack": attack.to_dict(),
