@@ -80,28 +80,41 @@ class SignalDecider:
             return self.embed([attack.reference or ""])
         return self.embed(list(attack.labels[:2]))
 
-    def nearest(self, text: str, noisy_mean: np.ndarray, candidates: Sequence[str] | None) -> bool | None:
+    def nearest(self, text: str, noisy_mean: np.ndarray, candidates: Sequence[str] | None,
+                reported: Sequence[float] | None = None) -> bool | None:
         """Is ``text`` the candidate nearest ``noisy_mean`` in L2 of the embedder's vectors (ESA's
         selection, Algorithm 3 line 11)? False where another candidate is nearer than the released
         text by more than ``NEAREST_TOL`` x (1 + |noisy mean|) (slack for embedding float error, batch
-        padding, another machine's MiniLM), or the text is no candidate. None: no candidates. The
-        candidates (zero-shot, fresh every answer) are embedded without the cache."""
+        padding, another machine's MiniLM), or the text is no candidate. None: not checkable -- no
+        candidates, a noisy mean of another dimension, or ``reported`` (the target's own
+        ``candidate_distances``) that the auditor's embedder does not reproduce within the same slack:
+        the target embeds with another model, and "nearest" in the auditor's space would say nothing
+        about its selection (a false violation). The candidates (zero-shot, fresh every answer) are
+        embedded without the cache."""
         if not candidates:
             return None
         if text not in candidates:
             return False
-        e = np.asarray(self.embedder.embed(list(dict.fromkeys([text, *candidates]))), dtype=float)
+        e = np.asarray(self.embedder.embed(list(candidates)), dtype=float)
+        if e.ndim != 2 or e.shape[1] != noisy_mean.shape[-1]:
+            return None
         d = np.linalg.norm(e - noisy_mean[None, :], axis=1)
-        return bool(d[0] - d.min() <= NEAREST_TOL * (1.0 + float(np.linalg.norm(noisy_mean))))
+        slack = NEAREST_TOL * (1.0 + float(np.linalg.norm(noisy_mean)))
+        if reported is not None:
+            r = np.asarray(reported, dtype=float).ravel()
+            if r.shape != d.shape or not bool(np.all(np.abs(r - d) <= slack)):
+                return None
+        return bool(d[list(candidates).index(text)] - d.min() <= slack)
 
     def observe(self, text: str, noisy_mean: Any, attack: GenerationAttack, epsilon: float | None = None,
                 delta: float | None = None, clean: Any = None,
-                candidates: Sequence[str] | None = None) -> GenerationObservation:
+                candidates: Sequence[str] | None = None,
+                reported: Sequence[float] | None = None) -> GenerationObservation:
         e = self.embed([text])[0]
         pts = self.points(attack)
         m = None if noisy_mean is None else np.asarray(noisy_mean, dtype=float)
         c = None if clean is None or m is None else np.asarray(clean, dtype=float)
-        near = None if m is None or c is None else self.nearest(text, m, candidates)
+        near = None if m is None or c is None else self.nearest(text, m, candidates, reported)
         if attack.decision == "similarity":
             score = -float(np.linalg.norm(e - pts[0]))
             scores = None if m is None else np.array([-float(np.linalg.norm(m - pts[0])), 0.0])
@@ -218,7 +231,7 @@ class GenerationMechanismTarget:
         res = self._run(context, attack, rng)
         obs = self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
                                    res.privacy.get("epsilon"), res.privacy.get("delta"), res.internals.get("clean_mean"),
-                                   res.internals.get("candidates"))
+                                   res.internals.get("candidates"), res.internals.get("candidate_distances"))
         if self.defence == "L3" and self._judge(context, attack, res.text):
             self.refusals += 1
             # The refusal says nothing: decided "not a member"; white-box internals unchanged.
@@ -353,7 +366,8 @@ class RemoteGenerationTarget:
         return self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
                                     priv.get("epsilon"), priv.get("delta"),
                                     internals.get("clean_mean") if self.white_box else None,
-                                    internals.get("candidates") if self.white_box else None)
+                                    internals.get("candidates") if self.white_box else None,
+                                    internals.get("candidate_distances") if self.white_box else None)
 
     def clean_votes(self, context: Sequence[Exemplar], attack: GenerationAttack,
                     rng: np.random.Generator) -> CleanDraw:

@@ -204,3 +204,30 @@ def test_the_job_reads_the_noise_only_where_it_is_asked_for_and_the_claim_is_the
     assert reads_noise(cfg(target={**remote, "white_box": True}), 2.0, 2.0) == (True, None)
     wb, note = reads_noise(cfg(), 1.0, 2.0)
     assert not wb and note is not None and "tighter" in note
+
+
+class _TableEmbedder:
+    """Fixed vectors per text (a unit test of SignalDecider.nearest's arithmetic, not of a model)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def embed(self, texts):
+        return np.array([self.table[t] for t in texts], dtype=float)
+
+
+def test_nearest_check_is_skipped_where_the_target_embeds_with_another_model():
+    """The nearest-candidate event is only evidence in the target's own embedding: where the target's
+    reported candidate distances are not what the auditor's embedder gives, it is not checked (None),
+    never a violation; where they agree, releasing the farther candidate is flagged."""
+    from app.audit.gen_targets import SignalDecider
+
+    dec = SignalDecider(_TableEmbedder({"a": [1.0, 0.0], "b": [0.0, 1.0]}))
+    m = np.array([0.9, 0.1])
+    same = np.linalg.norm(np.array([[1.0, 0.0], [0.0, 1.0]]) - m, axis=1)
+    assert dec.nearest("a", m, ["a", "b"], same) is True
+    assert dec.nearest("b", m, ["a", "b"], same) is False  # its own distances say "a" was nearer
+    assert dec.nearest("b", m, ["a", "b"], same[::-1]) is None  # another embedder: "b" nearest there
+    assert dec.nearest("b", np.array([0.9, 0.1, 0.0]), ["a", "b"], None) is None  # another dimension
+    assert dec.nearest("b", m, ["a", "b"], None) is False  # nothing reported: the auditor's space decides
+    assert dec.nearest("c", m, ["a", "b"], same) is False  # not a candidate at all
