@@ -35,6 +35,9 @@ Exemplar = tuple[str, str]
 REFUSAL = "None"  # ContextLeak App. B: "replace your answer with None"
 PRIVACY_KEYS = ("epsilon", "delta", "adjacency")
 NEAREST_TOL = 1e-4  # SignalDecider.nearest: distance slack, relative to 1 + |noisy mean|
+# What the nearest-candidate check embeds at most per answer (esa's own cap on ``candidates``; a remote
+# gateway's internals are the audited system's words: more, or non-text, is "not checkable")
+NEAREST_MAX_CANDIDATES, NEAREST_MAX_CHARS = 200, 20_000
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,9 @@ class SignalDecider:
         the target embeds with another model, and "nearest" in the auditor's space would say nothing
         about its selection (a false violation). The candidates (zero-shot, fresh every answer) are
         embedded without the cache."""
-        if not candidates:
+        if not candidates or not isinstance(candidates, (list, tuple)) or len(candidates) > NEAREST_MAX_CANDIDATES:
+            return None
+        if not all(isinstance(c, str) and len(c) <= NEAREST_MAX_CHARS for c in candidates):
             return None
         if text not in candidates:
             return False

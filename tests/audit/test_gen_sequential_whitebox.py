@@ -231,3 +231,6 @@ def test_nearest_check_is_skipped_where_the_target_embeds_with_another_model():
     assert dec.nearest("b", np.array([0.9, 0.1, 0.0]), ["a", "b"], None) is None  # another dimension
     assert dec.nearest("b", m, ["a", "b"], None) is False  # nothing reported: the auditor's space decides
     assert dec.nearest("c", m, ["a", "b"], same) is False  # not a candidate at all
+    # a gateway's internals are untrusted input: too many or non-text candidates are not embedded
+    assert dec.nearest("a", m, ["a", "b"] * 101, None) is None
+    assert dec.nearest("a", m, ["a", 3], None) is None
