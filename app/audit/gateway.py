@@ -10,6 +10,11 @@ Retrying a ``POST`` the gateway may already have served (a read timeout) can spe
 more answer of the audit's dataset budget, or register a dataset twice: harmless for
 an audit, whose datasets are its own, with a budget sized for it.
 
+An answer is read up to ``MAX_ANSWER_BYTES`` (decoded) and within ``READ_DEADLINE_FACTOR`` x the
+client's read timeout in all: the audited gateway's bytes are untrusted input, and neither an endless
+body nor one dripped a byte at a time may hold an audit worker (a longer answer is a TargetError; a
+slower one counts as a timeout, retried like one).
+
 The client takes an optional ``transport`` so that the caller (the job layer) can put
 its egress policy under every connection; this library knows no policy.
 """
@@ -22,6 +27,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+# A private answer, white-box internals included, is a few kilobytes (esa's noisy and clean means:
+# 2 x 384 floats); far more is a broken or hostile gateway.
+MAX_ANSWER_BYTES = 8 * 2**20
+READ_DEADLINE_FACTOR = 4.0  # the whole answer within this many read timeouts (30 s without one)
+_DROPPED_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
+
+
+class _SlowAnswer(httpx.ReadTimeout):
+    """The answer's bytes kept arriving past the read deadline (each within the read timeout)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,8 @@ def _error_message(r: httpx.Response) -> str:
 
 def _what_happened(exc: httpx.TransportError, timeout: float | None) -> str:
     text = str(exc)
+    if isinstance(exc, _SlowAnswer):
+        return f"timed out: {text}"
     if isinstance(exc, httpx.TimeoutException):
         phase = {httpx.ConnectTimeout: "connecting", httpx.ReadTimeout: "waiting for the answer",
                  httpx.WriteTimeout: "sending", httpx.PoolTimeout: "waiting for a connection"}.get(type(exc), "")
@@ -91,6 +108,24 @@ def gateway_json(r: httpx.Response, what: str) -> dict[str, Any]:
                           url=url, status=r.status_code) from None
 
 
+def _post_bounded(client: httpx.Client, path: str, body: dict[str, Any], what: str, url: str) -> httpx.Response:
+    """``client.post`` with the answer read up to MAX_ANSWER_BYTES and within the read deadline (module doc)."""
+    timeout = client.timeout.read
+    limit_s = READ_DEADLINE_FACTOR * (timeout if timeout else 30.0)
+    deadline = time.monotonic() + limit_s
+    with client.stream("POST", path, json=body) as r:
+        data = bytearray()
+        for chunk in r.iter_bytes():  # decoded: a compressed bomb counts what it expands to
+            data += chunk
+            if len(data) > MAX_ANSWER_BYTES:
+                raise TargetError(f"{what}: gateway {url} answered more than {MAX_ANSWER_BYTES} bytes "
+                                  f"(HTTP {r.status_code}); not read further", url=url, status=r.status_code)
+            if time.monotonic() > deadline:
+                raise _SlowAnswer(f"the answer was still arriving after {limit_s:g}s", request=r.request)
+    headers = [(k, v) for k, v in r.headers.items() if k.lower() not in _DROPPED_HEADERS]
+    return httpx.Response(r.status_code, headers=headers, content=bytes(data), request=r.request)
+
+
 def gateway_post(client: httpx.Client, path: str, body: dict[str, Any], what: str, retry: RetryPolicy | None = None,
                  expect: tuple[str, ...] = (), sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """POST ``body`` to ``path``; transport errors and 5xx are retried per ``retry``, then TargetUnavailableError.
@@ -100,7 +135,7 @@ def gateway_post(client: httpx.Client, path: str, body: dict[str, Any], what: st
     timeout = client.timeout.read
     for attempt in range(1, retry.attempts + 1):
         try:
-            r = client.post(path, json=body)
+            r = _post_bounded(client, path, body, what, url)
         except httpx.TransportError as exc:
             happened, reached = _what_happened(exc, timeout), False
         else:
