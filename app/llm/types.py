@@ -100,6 +100,23 @@ class Generation:
     finish_reason: FinishReason
 
 
+def check_generation_args(max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """The sampling arguments every backend's ``generate`` refuses alike."""
+    if max_new_tokens < 0:
+        raise ValueError("max_new_tokens must be >= 0")
+    if temperature < 0:
+        raise ValueError("temperature must be >= 0")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError("top_p must be in (0, 1]")
+
+
+def stop_strings(stop: Sequence[str] | str | None) -> list[str]:
+    """``generate``'s stop strings as a list: one string is one stop, empty ones never match."""
+    if isinstance(stop, str):
+        stop = [stop]
+    return [s for s in (stop or []) if s]
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     name: str
