@@ -50,7 +50,7 @@ from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
 from .scheduler import BatchScheduler, SchedulerOptions
 from .tenancy import current_tenant
 from .hf_embed import HFEmbedder
-from .types import Capabilities, Generation, ModelSpec, check_generation_args, stop_strings
+from .types import Capabilities, Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 
 MERGE_JOB_PASSES = 32  # a CPU scoring job of more prompt tokens than this many passes' cost runs alone
 
@@ -215,15 +215,7 @@ class HFLanguageModel:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         rows = [self._with_bos(r) for r in (encoded if encoded is not None else self._encode_many(prompts))]
-        for i, r in enumerate(rows):
-            if not r:
-                raise CapabilityError(f"prompt {i} is empty after tokenization; model {self.name!r} needs at least one token")
-            if self._max_context is not None and len(r) + extra > self._max_context:
-                raise CapabilityError(
-                    f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {self._max_context} "
-                    f"of model {self.name!r}"
-                )
-        return rows
+        return check_prompt_rows(rows, extra, self._max_context, f"model {self.name!r}")
 
     # ---------------------------------------------------------- forward core
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import CapabilityError, ModelLoadError
 from ..tenancy import _TENANT
-from ..types import Generation, ModelSpec, check_generation_args, stop_strings
+from ..types import Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 from .capabilities import _HINTS, RemoteCapabilities
 from .decode import RemoteDecodeSession
 from .transport import (
@@ -392,15 +392,7 @@ class RemoteLanguageModel:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         rows = [self._bos(r) for r in await self.transport.gather([self._plain_ids(p) for p in prompts])]
-        for i, r in enumerate(rows):
-            if not r:
-                raise CapabilityError(f"prompt {i} is empty after tokenization; {self._label} needs at least one token")
-            if self._max_context is not None and len(r) + extra > self._max_context:
-                raise CapabilityError(
-                    f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {self._max_context} "
-                    f"of {self._label}"
-                )
-        return rows
+        return check_prompt_rows(rows, extra, self._max_context, self._label)
 
     # --------------------------------------------------------------- scoring
 
