@@ -15,7 +15,7 @@ stepped 16 times (plus its public row, which always steps alone), so concurrent 
 merged decode steps; ``--no-merge`` runs the server with ``merge_step_tokens: 0`` (steps queued in the
 scheduler but never merged) for comparison. ``--merge-steps`` measures no server: k concurrent decode
 sessions of n rows and cache length T, one step each, as k separate forward passes vs one merged pass
-(HFLanguageModel._merged_step), best of 3 after a warm-up; what the cost rule (merge_step_tokens) rests on.
+(app.llm.step_merge.merged_step), best of 3 after a warm-up; what the cost rule (merge_step_tokens) rests on.
 Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches per answer and the
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
 same workload on the same server process. Per answer it also reports the model's forward passes, rows
@@ -291,7 +291,7 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
 def merge_steps(threads: int) -> dict:
     import torch
 
-    from app.llm import bundled_specs, load_model
+    from app.llm import bundled_specs, load_model, step_merge
 
     torch.set_num_threads(threads)
     spec = next(s for s in bundled_specs() if s.kind == "lm")
@@ -319,7 +319,7 @@ def merge_steps(threads: int) -> dict:
                         lm._step_alone(kv, [11] * n)
                 else:
                     with lm._lock:
-                        lm._merged_step(kvs, [[11] * n for _ in kvs])
+                        step_merge.merged_step(lm, kvs, [[11] * n for _ in kvs])
                 times.append(time.perf_counter() - t0)
             row[mode] = min(times[1:])
             for sess in sessions:

@@ -47,6 +47,7 @@ from app.audit.gen_queries import GenerationAttack, GenerationStrategy, resolve_
 from app.audit.insertion import Exemplar, exemplar_tuple, paired_contexts, plan_trials
 from app.audit.noise import VotingNoise
 from app.audit.queries import AttackQuery, QueryStrategy, resolve_query
+from app.audit.target_info import gaussian_votes, mechanism_name, noise_kind, target_noise, target_partitions
 
 if TYPE_CHECKING:
     from app.audit.power import PowerReport
@@ -177,7 +178,7 @@ def run_campaign(
     if attack.strategy in ("gap", "brainwash") and canary.kind != "heldout":
         notes.append(f"{attack.strategy} is meant for a held-out canary; the {canary.kind} canary's assigned "
                      "label plays the true label")
-    if "white-box" in tms and config.statistic == "positive" and _noise_kind(target, len(ex)) == "gumbel":
+    if "white-box" in tms and config.statistic == "positive" and noise_kind(target, len(ex)) == "gumbel":
         notes.append("white-box statistic 'positive' reads one Gumbel-noised score, which the claim does not "
                      "cover (only the argmax is private); a white-box bound above the claim is not by itself a "
                      "violation here: use 'margin'")
@@ -231,7 +232,7 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
     guesses = np.array([lab == attack.positive for lab in labels])
     k = len(attack.labels)
     estimates: dict[str, Estimates] = {}
-    gauss_bb = _gaussian(target, len(ex)) and k == 2
+    gauss_bb = gaussian_votes(target, len(ex)) and k == 2
     similarity = getattr(attack, "decision", "") == "similarity"
     bb_stat = None
     if "black-box" in tms and similarity:
@@ -261,7 +262,7 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
                 raise ValueError(f"target {target.name} returned no noisy scores: white-box needs internals")
             stat = margin_statistic(np.vstack(score_rows), attack.positive_index, attack.negative_index,
                                     config.statistic)
-            gdp = _gaussian(target, len(ex)) and not isinstance(attack, GenerationAttack)
+            gdp = gaussian_votes(target, len(ex)) and not isinstance(attack, GenerationAttack)
         e = white_box_estimates(stat, members, confidence=conf, delta=delta, epsilon_theory=eps_theory,
                                 gdp_applicable=gdp, threshold_fraction=config.threshold_fraction,
                                 objective=config.objective,
@@ -279,7 +280,7 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
             row["statistic"] = float(stat[i])
         trials.append(row)
     extras: dict[str, Any] = {}
-    noise = None if generation_attack(attack) else _noise(target, len(ex))
+    noise = None if generation_attack(attack) else target_noise(target, len(ex))
     released = [attack.labels.index(lab) if lab in attack.labels else -1 for lab in labels]
     # An L3 judge may replace a release after the noise: the release is no longer the argmax.
     judged = getattr(target, "defence", "none") == "L3"
@@ -296,8 +297,8 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
         from app.audit.gen_targets import generation_conformance
 
         extras["conformance"] = generation_conformance(target, len(ex), observed, config.confidence)
-    parts = _partitions(target, len(ex))
-    if noise is not None and len(attack.labels) == 2 and parts and _mechanism_name(target) == "rnm" and not judged:
+    parts = target_partitions(target, len(ex))
+    if noise is not None and len(attack.labels) == 2 and parts and mechanism_name(target) == "rnm" and not judged:
         extras["release_floor"] = release_floor(released, attack.labels, _claimed(noise), parts,
                                                 confidence=CONFORMANCE_CONFIDENCE(config.confidence))
     return estimates, {
@@ -314,13 +315,6 @@ def CONFORMANCE_CONFIDENCE(confidence: float) -> float:  # noqa: N802
     return conformance_confidence(confidence)
 
 
-def _mechanism_name(target: Any) -> str:
-    """rnm | poe | ...: a remote target's string, an in-process target's base mechanism; simulated
-    targets vote (rnm)."""
-    m = getattr(target, "base_name", None) or getattr(target, "mechanism", "rnm")
-    return m if isinstance(m, str) else getattr(m, "name", "")
-
-
 def generation_attack(attack: AttackQuery) -> bool:
     return isinstance(attack, GenerationAttack)
 
@@ -329,24 +323,6 @@ def _claimed(noise: VotingNoise) -> VotingNoise:
     from app.audit.power import claimed_noise
 
     return claimed_noise(noise)
-
-
-def _noise(target: Any, n: int) -> VotingNoise | None:
-    """The target's re-appliable noise (``VotingNoise``), or None where it has none."""
-    try:
-        return target.noise(n)
-    except Exception:
-        return None
-
-
-def _noise_kind(target: Any, n: int) -> str | None:
-    nz = _noise(target, n)
-    return None if nz is None else nz.kind
-
-
-def _gaussian(target: Any, n: int) -> bool:
-    nz = _noise(target, n)
-    return nz is not None and nz.kind == "gaussian" and not nz.winner_only
 
 
 def _bootstrap(target: Any, ex: list[Exemplar], attack: AttackQuery, config: CampaignConfig,
@@ -358,7 +334,7 @@ def _bootstrap(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Cam
                         n_sample=config.n_sample, threat_models=tms, confidence=conf, delta=delta,
                         epsilon_theory=eps_theory, threshold_fraction=config.threshold_fraction,
                         objective=config.objective, statistic=config.statistic)
-    partitions = _partitions(target, len(ex))
+    partitions = target_partitions(target, len(ex))
     trials = [{"call": i, "member": i % 2 == 0, "clean_votes": (vw if i % 2 == 0 else vo)[i // 2].tolist()}
               for i in range(2 * config.n_llm)]
     # tight-auditing 3.5: trials x 2 hypotheses x partitions prompts if every trial ran the model.
@@ -419,17 +395,6 @@ def _gen_bootstrap(target: Any, ex: list[Exemplar], attack: GenerationAttack, co
     return _bootstrap_result(b, config, target.prompts_per_call(len(ex)), trials)
 
 
-def _partitions(target: Any, n: int) -> int | None:
-    if isinstance(getattr(target, "partitions", None), int):
-        return target.partitions
-    params = getattr(target, "params", None) or {}
-    t = params.get("partitions")
-    if t:
-        return int(t)
-    shots = int(params.get("shots_per_partition", 1) or 1)
-    return max(1, n // shots) if params else None
-
-
 def summary(result: CampaignResult) -> dict[str, Any]:
     """Flat scalars for tables and CSV."""
     out: dict[str, Any] = {"target": result.target, "strategy": result.attack.strategy,
@@ -459,18 +424,18 @@ def assess_power(result: CampaignResult, target: Any, n_exemplars: int, claimed_
         power_report,
     )
 
-    noise = _noise(target, n_exemplars)
+    noise = target_noise(target, n_exemplars)
     if noise is None or generation_attack(result.attack):
         return None
     noise = claimed_noise(noise)
     attack = result.attack
-    parts = _partitions(target, n_exemplars)
+    parts = target_partitions(target, n_exemplars)
     if (result.votes_with is not None and result.votes_without is not None and len(result.votes_with)
             and len(result.votes_without)):
         vw, vo, model = result.votes_with, result.votes_without, "observed"
         model_note = f"the clean votes of {len(vw) + len(vo)} calls, as the target reported them"
     else:
-        if _mechanism_name(target) != "rnm":
+        if mechanism_name(target) != "rnm":
             return None  # the one-vote design model is in vote counts; poe's scores are lam U
         vw, vo = design_votes(len(attack.labels), parts or 1, attack.positive_index, attack.negative_index)
         model, model_note = "assumed", ASSUMED_VOTE_NOTE

@@ -18,6 +18,7 @@ import numpy as np
 
 from app.audit.noise import VotingNoise
 from app.audit.sequential import Arm
+from app.audit.target_info import target_noise
 
 PROBE_MAX_SHOTS = 32  # one partition holds every exemplar of the audit's dataset: a prompt of this many shots
 
@@ -26,7 +27,6 @@ def probe_arm(target: Any, n_exemplars: int, noise: VotingNoise | None, partitio
     """The one-partition probe of ``target``, or None where it does not apply: no noise model, a
     design already on one partition, more than ``PROBE_MAX_SHOTS`` exemplars, a mechanism other
     than rnm, a defence (a judge after the noise changes the release law)."""
-    from app.audit.campaign import _noise
     from app.audit.targets import MechanismTarget, RemoteTarget, SimulatedVotingTarget
 
     if noise is None or not partitions or partitions <= 1 or not 1 <= n_exemplars <= PROBE_MAX_SHOTS:
@@ -53,7 +53,7 @@ def probe_arm(target: Any, n_exemplars: int, noise: VotingNoise | None, partitio
         probe = dataclasses.replace(target, params={**target.params, **one})
     else:
         return None
-    probe_noise = _noise(probe, n_exemplars)
+    probe_noise = target_noise(probe, n_exemplars)
     if probe_noise is None or probe_noise.kind != noise.kind:
         return None
     return Arm(probe, 1, probe_noise, "probe")

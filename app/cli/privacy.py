@@ -103,6 +103,29 @@ def _run(command: str, options: set[str], fn: Callable[[], dict[str, Any]], as_j
     _print(result, as_json)
 
 
+Parser = Callable[[Any, str], Any]
+
+
+def _as_given(value: Any, name: str) -> Any:
+    return value
+
+
+def _required(parse: Parser) -> Parser:
+    return lambda value, name: _require(parse(value, name), name)
+
+
+def _options(params: dict[str, Any]) -> dict[str, Any]:
+    """A command's option values by name, in signature order: its ``locals()`` taken before anything
+    else is bound, without ``--json``."""
+    return {k: v for k, v in params.items() if k != "as_json"}
+
+
+def _parsed(values: dict[str, Any], **parsers: Parser) -> dict[str, Any]:
+    """Every option parsed by its parser (options without one pass as typed), in signature order, so
+    that the first bad option is the one reported."""
+    return {k: parsers.get(k, _as_given)(v, k) for k, v in values.items()}
+
+
 @privacy_app.command()
 def calibrate(
     mechanism: str | None = typer.Option(None, "--mechanism", help="clip-softmax | gaussian"),
@@ -123,33 +146,19 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/calibrate)"),
 ) -> None:
     """Solve a mechanism parameter so that epsilon at delta is at most the target."""
+    values = _options(locals())
     from app.privacy.service import calibrate as run
-
-    options = {"mechanism", "solve_for", "target_epsilon", "delta", "temperature", "clip", "batch_size", "compositions",
-               "sensitivity", "orders", "adjacency", "method", "conversion", "lower", "upper"}
 
     def call() -> dict[str, Any]:
         solve = _require(solve_for, "solve_for")
-        int_bounds = solve.replace("_", "-").lower() == "batch-size"
-        return run(
-            mechanism=_require(mechanism, "mechanism"),
-            solve_for=solve,
-            target_epsilon=_require(_float(target_epsilon, "target_epsilon"), "target_epsilon"),
-            delta=_require(_float(delta, "delta"), "delta"),
-            temperature=_float(temperature, "temperature"),
-            clip=_float(clip, "clip"),
-            batch_size=_int(batch_size, "batch_size"),
-            compositions=_int(compositions, "compositions"),
-            sensitivity=_float(sensitivity, "sensitivity"),
-            orders=orders,
-            adjacency=adjacency,
-            method=method,
-            conversion=conversion,
-            lower=(_int if int_bounds else _float)(lower, "lower"),
-            upper=(_int if int_bounds else _float)(upper, "upper"),
-        )
+        bound = _int if solve.replace("_", "-").lower() == "batch-size" else _float
+        return run(**_parsed(
+            values, mechanism=_required(_as_given), target_epsilon=_required(_float), delta=_required(_float),
+            temperature=_float, clip=_float, batch_size=_int, compositions=_int, sensitivity=_float,
+            lower=bound, upper=bound,
+        ))
 
-    _run("calibrate", options, call, as_json)
+    _run("calibrate", set(values), call, as_json)
 
 
 @privacy_app.command()
@@ -171,30 +180,14 @@ def convert(
     as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/convert)"),
 ) -> None:
     """Convert an RDP curve, zCDP rho, pure epsilon, GDP mu or Gaussian sigma to (epsilon, delta), or back."""
+    values = _options(locals())
     from app.privacy.service import convert as run
 
-    options = {"rdp", "orders", "rho", "pure_epsilon", "mu", "sigma", "sensitivity", "count", "delta", "epsilon",
-               "to", "adjacency", "to_adjacency", "conversion"}
-
     def call() -> dict[str, Any]:
-        return run(
-            rdp=_floats(rdp, "rdp"),
-            orders=orders,
-            rho=_float(rho, "rho"),
-            pure_epsilon=_float(pure_epsilon, "pure_epsilon"),
-            mu=_float(mu, "mu"),
-            sigma=_float(sigma, "sigma"),
-            sensitivity=_float(sensitivity, "sensitivity"),
-            count=_int(count, "count"),
-            delta=_float(delta, "delta"),
-            epsilon=_float(epsilon, "epsilon"),
-            to=to,
-            adjacency=adjacency,
-            to_adjacency=to_adjacency,
-            conversion=conversion,
-        )
+        return run(**_parsed(values, rdp=_floats, rho=_float, pure_epsilon=_float, mu=_float, sigma=_float,
+                             sensitivity=_float, count=_int, delta=_float, epsilon=_float))
 
-    _run("convert", options, call, as_json)
+    _run("convert", set(values), call, as_json)
 
 
 @privacy_app.command()
@@ -211,21 +204,11 @@ def empirical(
     as_json: bool = typer.Option(False, "--json", help="print JSON (same keys as POST /v1/privacy/empirical)"),
 ) -> None:
     """Empirical epsilon lower bound from attack counts or auditing accuracy."""
+    values = _options(locals())
     from app.privacy.service import empirical as run
 
-    options = {"tp", "fn", "fp", "tn", "trials", "accuracy", "correct", "confidence", "delta"}
-
     def call() -> dict[str, Any]:
-        return run(
-            tp=_int(tp, "tp"),
-            fn=_int(fn, "fn"),
-            fp=_int(fp, "fp"),
-            tn=_int(tn, "tn"),
-            trials=_int(trials, "trials"),
-            accuracy=_float(accuracy, "accuracy"),
-            correct=_int(correct, "correct"),
-            confidence=_float(confidence, "confidence"),
-            delta=_float(delta, "delta"),
-        )
+        return run(**_parsed(values, tp=_int, fn=_int, fp=_int, tn=_int, trials=_int, accuracy=_float, correct=_int,
+                             confidence=_float, delta=_float))
 
-    _run("empirical", options, call, as_json)
+    _run("empirical", set(values), call, as_json)

@@ -15,7 +15,7 @@ Logits are raw (before softmax; after a model's final soft-capping if any);
 ``session.logprobs()`` gives the log-softmax. Sessions from several threads
 step safely at once: with the model's batch scheduler on, concurrent steps of
 one tenant's sessions are queued and may be merged into one forward pass
-(app/llm/scheduler.py, ``HFLanguageModel._run_steps``); a session opened with
+(app/llm/scheduler.py, ``app.llm.step_merge.run_steps``); a session opened with
 ``shared_steps=False`` always steps alone (its numbers then depend on its own
 rows only, not on the batch shape). A session itself is not meant to be shared
 between threads.
@@ -23,13 +23,15 @@ between threads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Set
 from typing import TYPE_CHECKING, Protocol, Self
 
 import numpy as np
 import torch
 
+from .chunking import choose_tokens
 from .tenancy import tenant_scope
+from .types import Generation
 
 if TYPE_CHECKING:  # pragma: no cover
     from .kv import KVBatch
@@ -133,3 +135,49 @@ class DecodeSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def generate_from(session: DecodeSession, detokenize: Callable[[list[int]], str], eos_token_ids: Set[int], *,
+                  max_new_tokens: int, temperature: float, top_p: float, stops: Sequence[str],
+                  generator: torch.Generator, max_context: int | None) -> list[Generation]:
+    """One :class:`Generation` per row of an open ``session`` (``max_new_tokens`` >= 1): each next
+    token chosen greedily or sampled with ``generator`` (chunking.choose_tokens) and fed back, until
+    EOS, a stop string, ``max_new_tokens`` or a full ``max_context``. Closes the session. The loop
+    of ``HFLanguageModel.generate``, which checks the arguments and opens the session."""
+    n = session.size
+    out_ids: list[list[int]] = [[] for _ in range(n)]
+    results: list[Generation | None] = [None] * n
+    active = list(range(n))
+    logits = session._logits_t
+    for step in range(max_new_tokens):
+        chosen = choose_tokens(logits, temperature, top_p, generator)
+        lengths = session.lengths
+        keep: list[int] = []
+        for j, b in enumerate(active):
+            t = chosen[j]
+            out_ids[b].append(t)
+            if t in eos_token_ids:
+                results[b] = Generation(detokenize(out_ids[b][:-1]), out_ids[b], "stop")
+                continue
+            if stops:
+                text = detokenize(out_ids[b])
+                cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:
+                    results[b] = Generation(text[:cut], out_ids[b], "stop")
+                    continue
+            if lengths[j] + 1 > (max_context or 1 << 62):  # no room to feed t back
+                results[b] = Generation(detokenize(out_ids[b]), out_ids[b], "length")
+                continue
+            keep.append(j)
+        if not keep or step == max_new_tokens - 1:
+            active = [active[j] for j in keep]
+            break
+        if len(keep) < len(active):
+            session.keep(keep)
+            chosen = [chosen[j] for j in keep]
+            active = [active[j] for j in keep]
+        logits = session._step_t(chosen)
+    for b in active:
+        results[b] = Generation(detokenize(out_ids[b]), out_ids[b], "length")
+    session.close()
+    return [r for r in results if r is not None]

@@ -22,95 +22,37 @@ Conventions (see docs/models.md):
   through the model's :class:`~app.llm.scheduler.BatchScheduler`
   (``options["scheduler"]``), which coalesces scoring calls into batched calls
   of the same code and concurrent sessions' steps into merged steps when the
-  cost rule says it pays (``_step_groups``); one tenant per batch.
+  cost rule says it pays (``step_merge.step_groups``); one tenant per batch.
 * **Tenants.** The prefix LRU is keyed by the current tenant
   (:func:`app.llm.tenancy.tenant_scope`): a tenant's calls reuse its own prefixes only.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
+import functools
 import os
 import threading
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
-from . import passes
+from . import passes, step_merge
 from .budget import cpu_pass_cost_tokens, device_token_budgets
-from .chunking import choose_tokens, plan_chunks
+from .chunking import ForwardStats, plan_chunks, right_padded
 from .cuda_graphs import GraphForward, GraphOptions
-from .decode import DecodeSession
+from .decode import DecodeSession, generate_from
 from .encode import encode_plain_many
 from .errors import CapabilityError
-from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix, cache_layers
+from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
 from .scheduler import BatchScheduler, SchedulerOptions
 from .tenancy import current_tenant
 from .hf_embed import HFEmbedder
-from .types import Capabilities, Generation, ModelSpec
+from .types import Capabilities, Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 
-log = logging.getLogger(__name__)
-
-_MERGE_MAX_TOKENS = 32768  # KV row-tokens of one merged decode step (~1.5 GB for a 135M model in float32)
 MERGE_JOB_PASSES = 32  # a CPU scoring job of more prompt tokens than this many passes' cost runs alone
-
-
-@dataclass
-class ForwardStats:
-    """Counters for benchmarks and tests (reset with :meth:`reset`).
-
-    ``forward_tokens``: real tokens run through the model (prefix work included);
-    ``padded_tokens``: positions run, padding included; ``reused_tokens``:
-    row-tokens served from a shared or cached prefix instead of being
-    recomputed; ``forward_calls``: model forward passes.
-    """
-
-    forward_tokens: int = 0
-    padded_tokens: int = 0
-    reused_tokens: int = 0
-    forward_calls: int = 0
-    forward_rows: int = 0  # rows (batch entries) over all forward passes
-    prefix_cache_hits: int = 0
-    merged_steps: int = 0  # forward passes that carried the decode steps of several sessions
-
-    def reset(self) -> None:
-        self.forward_tokens = self.padded_tokens = self.reused_tokens = 0
-        self.forward_calls = self.forward_rows = self.prefix_cache_hits = self.merged_steps = 0
-
-    def snapshot(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-def _flat(rows: Sequence[Sequence[int]], count: int) -> np.ndarray:
-    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=count)
-
-
-def _right_padded(rows: Sequence[Sequence[int]], s: int, pad_id: int, positions: Sequence[Sequence[int]] | None,
-                  segs: Sequence[Sequence[int]] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None,
-                                                                  torch.Tensor | None]:
-    """ids, new-token mask (n, s) and, when given, position ids and segments, right padded: built in
-    numpy, a handful of torch calls per batch whatever its rows (a per-row torch fill made batch assembly
-    cost O(rows) dispatches on the model thread, each of which may wait for the GIL under load)."""
-    n = len(rows)
-    lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
-    real = np.arange(s)[None, :] < lens[:, None]  # row-major: the flattened rows fill it in order
-    total = int(lens.sum())
-    ids = np.full((n, s), pad_id, dtype=np.int64)
-    ids[real] = _flat(rows, total)
-    pos = seg = None
-    if positions is not None:
-        pos = np.zeros((n, s), dtype=np.int64)
-        pos[real] = _flat(positions, total)
-    if segs is not None:
-        seg = np.full((n, s), -1, dtype=np.int64)
-        seg[real] = _flat(segs, total)
-    return (torch.from_numpy(ids), torch.from_numpy(real.astype(np.int64)),
-            None if pos is None else torch.from_numpy(pos), None if seg is None else torch.from_numpy(seg))
 
 
 class HFLanguageModel:
@@ -171,11 +113,11 @@ class HFLanguageModel:
                 MERGE_JOB_PASSES * self.pass_cost_tokens if self.device.type == "cpu" else 0))
         if sched_opts.max_batch_tokens is None:
             sched_opts = replace(sched_opts, max_batch_tokens=budgets.scheduler)
-        self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts,
-                                        model_stats=self.stats.snapshot, run_steps=self._run_steps)
+        self.scheduler = BatchScheduler(spec.name, self._run_batch, sched_opts, model_stats=self.stats.snapshot,
+                                        run_steps=functools.partial(step_merge.run_steps, self))
         # Decode steps of concurrent sessions are merged into one forward pass when that pays (see
-        # _step_groups and docs/models.md#decode-batching): a merged step may copy this many row-tokens
-        # of KV cache (rows x padded length) per forward pass it saves; 0 turns merging off.
+        # step_merge.step_groups and docs/models.md#decode-batching): a merged step may copy this many
+        # row-tokens of KV cache (rows x padded length) per forward pass it saves; 0 turns merging off.
         self.merge_step_tokens: int = max(0, int(opts.get("merge_step_tokens", budgets.merge_step)))
         self._tok_lock = threading.Lock()
 
@@ -273,15 +215,7 @@ class HFLanguageModel:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         rows = [self._with_bos(r) for r in (encoded if encoded is not None else self._encode_many(prompts))]
-        for i, r in enumerate(rows):
-            if not r:
-                raise CapabilityError(f"prompt {i} is empty after tokenization; model {self.name!r} needs at least one token")
-            if self._max_context is not None and len(r) + extra > self._max_context:
-                raise CapabilityError(
-                    f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {self._max_context} "
-                    f"of model {self.name!r}"
-                )
-        return rows
+        return check_prompt_rows(rows, extra, self._max_context, f"model {self.name!r}")
 
     # ---------------------------------------------------------- forward core
 
@@ -298,7 +232,7 @@ class HFLanguageModel:
         s = max((len(r) for r in rows), default=0)
         if s == 0:
             return None
-        ids, new, pos, seg = _right_padded(rows, s, self._pad_id, positions, segs)
+        ids, new, pos, seg = right_padded(rows, s, self._pad_id, positions, segs)
         if not keep_cache and kv.physical_length == 0 and self.graphs is not None:
             seg_t = seg if seg is not None else torch.where(new > 0, 0, -1)
             pos_t = pos if pos is not None else torch.arange(s).expand(n, s)
@@ -500,131 +434,16 @@ class HFLanguageModel:
             assert hidden is not None
             return self._logits(hidden[:, 0])
 
-    def _step_groups(self, kvs: Sequence[KVBatch]) -> list[list[int]]:
-        """Which queued decode steps to merge: groups of indices into ``kvs`` (a group of one steps alone).
-
-        A merged step of k sessions saves k - 1 forward passes (on a CPU, k - 1 reads of the
-        weights) but copies every member's cache into a left-padded batch and attends over the
-        longest member's length. Members are taken shortest first while the group's rows x padded
-        length stays within ``merge_step_tokens`` x (members - 1), padding at most doubles the
-        cached tokens, and the group stays within ``_MERGE_MAX_TOKENS`` (memory). Measured:
-        docs/models.md#decode-batching (2 sessions of 8 rows x 400 tokens: 0.85x, not merged;
-        8 sessions of 4 x 200: 2.0x, merged).
-        """
-        order = sorted(range(len(kvs)), key=lambda i: kvs[i].physical_length)
-        if self.merge_step_tokens == 0 or len(kvs) < 2:
-            return [[i] for i in order]
-        groups: list[list[int]] = []
-        cur: list[int] = []
-        rows = real = 0
-        for i in order:  # ascending: physical_length + 1 of kvs[i] is the padded length if it joins
-            kv = kvs[i]
-            t = kv.physical_length + 1
-            n_rows, n_real = rows + kv.n, real + kv.n * t
-            padded = n_rows * t
-            fits = padded <= self.merge_step_tokens * len(cur) and padded <= 2 * n_real and padded <= _MERGE_MAX_TOKENS
-            if self._window is not None and t > self._window:
-                fits = False  # padded batches longer than the window are not supported (_forward)
-            if cur and fits:
-                cur.append(i)
-                rows, real = n_rows, n_real
-                continue
-            if cur:
-                groups.append(cur)
-            cur, rows, real = [i], kv.n, kv.n * t
-        groups.append(cur)
-        return groups
-
-    def _run_steps(self, items: list[tuple[Any, list[int]]]) -> list[Any]:
-        """The scheduler's step runner: decode steps ``(kv, tokens)`` of concurrent sessions; one
-        result per step, its (n, V) logits or the exception that step raised."""
-        kvs: list[KVBatch] = [kv for kv, _ in items]
-        results: list[Any] = [None] * len(items)
-        with self._lock:
-            for group in self._step_groups(kvs):
-                if len(group) > 1:
-                    try:
-                        outs = self._merged_step([kvs[i] for i in group], [items[i][1] for i in group])
-                    except Exception:  # nothing was written back: step each alone, each with its own error
-                        log.exception("merged decode step failed; stepping its sessions one by one")
-                    else:
-                        for i, o in zip(group, outs):
-                            results[i] = o
-                        continue
-                for i in group:
-                    try:
-                        results[i] = self._step_alone(kvs[i], items[i][1])
-                    except Exception as exc:  # noqa: BLE001 - handed to that step's caller
-                        results[i] = exc
-        return results
-
-    def _merged_step(self, kvs: Sequence[KVBatch], tokens: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """One forward pass for the next token of several sessions' rows: each cache is left padded
-        to the longest (masked holes, exact position ids: kv.py), and afterwards each session keeps
-        its own rows without the padding (views of the merged cache). Call under ``_lock``."""
-        width = max(kv.physical_length for kv in kvs)
-        n_total = sum(kv.n for kv in kvs)
-        members = [cache_layers(kv.cache) for kv in kvs]
-        data = []
-        for li in range(len(members[0])):
-            ref_k, ref_v = members[0][li]
-            keys = ref_k.new_zeros((n_total, ref_k.shape[1], width, ref_k.shape[3]))
-            values = ref_v.new_zeros((n_total, ref_v.shape[1], width, ref_v.shape[3]))
-            r = 0
-            for kv, layers in zip(kvs, members):
-                off = width - kv.physical_length
-                keys[r:r + kv.n, :, off:] = layers[li][0]
-                values[r:r + kv.n, :, off:] = layers[li][1]
-                r += kv.n
-            data.append((keys, values))
-        mask = torch.zeros((n_total, width), dtype=torch.long, device=self.device)
-        r = 0
-        for kv in kvs:
-            mask[r:r + kv.n, width - kv.physical_length:] = kv.mask
-            r += kv.n
-        merged = KVBatch(DynamicCache(ddp_cache_data=data), mask, torch.cat([kv.lengths for kv in kvs]))
-        hidden = self._forward(merged, [[int(t)] for toks in tokens for t in toks])
-        assert hidden is not None
-        logits = self._logits(hidden[:, 0])
-        merged_layers = cache_layers(merged.cache)
-        outs = []
-        r = 0
-        for kv in kvs:
-            off = width - kv.physical_length
-            kv.cache = DynamicCache(ddp_cache_data=[(k[r:r + kv.n, :, off:], v[r:r + kv.n, :, off:])
-                                                    for k, v in merged_layers])
-            kv.mask = merged.mask[r:r + kv.n, off:]
-            kv.lengths = merged.lengths[r:r + kv.n]
-            outs.append(logits[r:r + kv.n])
-            r += kv.n
-        self.stats.merged_steps += 1
-        return outs
-
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64, temperature: float = 0.0,
+                 top_p: float = 1.0, stop: Sequence[str] | None = None, seed: int | None = None) -> list[Generation]:
         """Greedy (``temperature == 0``) or sampled (temperature, nucleus ``top_p``) generation.
 
         Sampling uses one ``torch.Generator`` per call, seeded by ``seed`` (or
         by ``os.urandom``), drawing rows in order on the CPU: the same call with
         the same seed repeats exactly.
         """
-        if max_new_tokens < 0:
-            raise ValueError("max_new_tokens must be >= 0")
-        if temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
-        if isinstance(stop, str):
-            stop = [stop]
-        stops = [s for s in (stop or []) if s]
+        check_generation_args(max_new_tokens, temperature, top_p)
+        stops = stop_strings(stop)
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         if not prompts:
@@ -634,45 +453,9 @@ class HFLanguageModel:
             return [Generation("", [], "length") for _ in prompts]
         generator = torch.Generator(device="cpu")
         generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
-
-        session = self.start_decode(prompts)
-        n = len(prompts)
-        out_ids: list[list[int]] = [[] for _ in range(n)]
-        results: list[Generation | None] = [None] * n
-        active = list(range(n))
-        logits = session._logits_t
-        for step in range(max_new_tokens):
-            chosen = choose_tokens(logits, temperature, top_p, generator)
-            lengths = session.lengths
-            keep: list[int] = []
-            for j, b in enumerate(active):
-                t = chosen[j]
-                out_ids[b].append(t)
-                if t in self.eos_token_ids:
-                    results[b] = Generation(self.detokenize(out_ids[b][:-1]), out_ids[b], "stop")
-                    continue
-                if stops:
-                    text = self.detokenize(out_ids[b])
-                    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-                    if cut >= 0:
-                        results[b] = Generation(text[:cut], out_ids[b], "stop")
-                        continue
-                if lengths[j] + 1 > (self._max_context or 1 << 62):  # no room to feed t back
-                    results[b] = Generation(self.detokenize(out_ids[b]), out_ids[b], "length")
-                    continue
-                keep.append(j)
-            if not keep or step == max_new_tokens - 1:
-                active = [active[j] for j in keep]
-                break
-            if len(keep) < len(active):
-                session.keep(keep)
-                chosen = [chosen[j] for j in keep]
-                active = [active[j] for j in keep]
-            logits = session._step_t(chosen)
-        for b in active:
-            results[b] = Generation(self.detokenize(out_ids[b]), out_ids[b], "length")
-        session.close()
-        return [r for r in results if r is not None]
+        return generate_from(self.start_decode(prompts), self.detokenize, self.eos_token_ids,
+                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stops=stops,
+                             generator=generator, max_context=self._max_context)
 
     # ------------------------------------------------------------- utility
 

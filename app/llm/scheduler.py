@@ -29,7 +29,7 @@ next batch. Decode steps of concurrent ``DecodeSession``\\ s are jobs too
 (``submit_step``): the worker takes every queued step of the same batch key at
 once and hands them to the model's step runner, which merges those it judges
 worth merging into one forward pass (their KV caches left-padded to a common
-length, hf.py ``_run_steps``) and runs the others one by one. A session joins
+length, ``step_merge.run_steps``) and runs the others one by one. A session joins
 the running batch simply by queueing its next step; it leaves by not queueing
 one. Steps are background work (never refused, never dropped at a deadline): a
 generation that has started (and may have been charged) runs to its end.

@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from .errors import CapabilityError
+
 ModelKind = Literal["lm", "embedder"]
 FinishReason = Literal["stop", "length"]
 
@@ -98,6 +100,36 @@ class Generation:
     text: str
     token_ids: list[int]
     finish_reason: FinishReason
+
+
+def check_generation_args(max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """The sampling arguments every backend's ``generate`` refuses alike."""
+    if max_new_tokens < 0:
+        raise ValueError("max_new_tokens must be >= 0")
+    if temperature < 0:
+        raise ValueError("temperature must be >= 0")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError("top_p must be in (0, 1]")
+
+
+def check_prompt_rows(rows: list[list[int]], extra: int, max_context: int | None, model: str) -> list[list[int]]:
+    """Prompt token rows as every backend refuses them: an empty row, or one that with ``extra`` more
+    tokens (the longest continuation) exceeds the context. ``model`` names the model in the message."""
+    for i, r in enumerate(rows):
+        if not r:
+            raise CapabilityError(f"prompt {i} is empty after tokenization; {model} needs at least one token")
+        if max_context is not None and len(r) + extra > max_context:
+            raise CapabilityError(
+                f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {max_context} of {model}"
+            )
+    return rows
+
+
+def stop_strings(stop: Sequence[str] | str | None) -> list[str]:
+    """``generate``'s stop strings as a list: one string is one stop, empty ones never match."""
+    if isinstance(stop, str):
+        stop = [stop]
+    return [s for s in (stop or []) if s]
 
 
 @runtime_checkable

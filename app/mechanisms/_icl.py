@@ -69,8 +69,8 @@ def classify_by_units(
 ) -> ClassificationResult:
     """Validate the inputs, split the n exemplars into ``unit_count(n)`` disjoint units of
     ``per_unit`` (a uniformly random permutation drawn from ``rng``), score every unit's
-    label distribution in one batched model call, and hand it to ``release``: the shared
-    body of ``RNM.classify`` (units = partitions) and ``PoE.classify`` (units = experts).
+    label distribution in one batched model call, and hand it to ``release``: the body of
+    ``UnitMechanism.classify`` (rnm: units = partitions, poe: units = experts).
     The generator draws the permutation first, then the release's noise."""
     ex = normalize_exemplars(exemplars)
     labs = check_labels(labels)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Self, Sequence, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Self, Sequence, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
+from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.errors import MechanismParamError, UnknownMechanismError
 from app.privacy.accountant import PrivacyCost
 
@@ -191,6 +192,30 @@ def check_query(query: Any) -> str:
     return query
 
 
+def resolve_unit_count(n: int, requested: int | None, per_unit: int, count_param: str, per_unit_param: str) -> int:
+    """How many disjoint units (rnm's partitions, poe's experts) of ``per_unit`` exemplars: ``requested``,
+    or as many as the n exemplars fill; raises naming the parameter at fault when they do not fit."""
+    if n < 1:
+        raise MechanismParamError("at least one exemplar is needed", param="exemplars")
+    u = requested if requested is not None else n // per_unit
+    if u < 1:
+        raise MechanismParamError(f"{per_unit_param} = {per_unit} exceeds the {n} exemplars", param=per_unit_param)
+    if u * per_unit > n:
+        raise MechanismParamError(
+            f"{count_param} x {per_unit_param} = {u} x {per_unit} = {u * per_unit} exceeds the {n} exemplars",
+            param=count_param,
+        )
+    return u
+
+
+def check_label_probs(label_probs: npt.ArrayLike, labels: Sequence[str], units: str) -> FloatArray:
+    """The units' label distributions as a (units, K) float array, K = len(labels), at least one unit."""
+    probs = np.asarray(label_probs, dtype=float)
+    if probs.ndim != 2 or probs.shape[1] != len(labels) or probs.shape[0] < 1:
+        raise MechanismParamError(f"label_probs must be ({units}, {len(labels)}), got {probs.shape}", param="label_probs")
+    return probs
+
+
 # ---------------------------------------------------------------------------
 # Interface and registry
 # ---------------------------------------------------------------------------
@@ -222,6 +247,47 @@ class Mechanism(abc.ABC):
         params: ParamsArg = None,
         rng: np.random.Generator | None = None,
     ) -> ClassificationResult: ...
+
+
+class UnitMechanism(Mechanism):
+    """``rnm`` (units = partitions) and ``poe`` (units = experts): the exemplars are split into disjoint
+    units, one batched model call scores every unit's label distribution (``_icl.classify_by_units``),
+    and ``release`` is the private step alone, on those distributions."""
+
+    # Defined by each subclass; Callable rather than abstract signatures since their params types and
+    # the name of release's units argument (partitions, experts) differ.
+    release: Callable[..., ClassificationResult]
+    _draw: Callable[..., tuple[Any, ...]]  # (..., drawn label index or indices): release's draw, vectorised
+
+    @abc.abstractmethod
+    def unit_count(self, p: Any, n: int) -> int:
+        """How many units n exemplars give under the parsed params ``p`` (raises naming the parameter)."""
+
+    @abc.abstractmethod
+    def unit_size(self, p: Any) -> int:
+        """Exemplars per unit under the parsed params ``p``."""
+
+    def sample_labels(self, label_probs: npt.ArrayLike, labels: Sequence[str], params: ParamsArg, n_exemplars: int,
+                      rng: np.random.Generator | None = None, size: int | None = None) -> IntArray | int:
+        """``size`` independent releases (label indices) for the same units' label distributions:
+        the code path of ``release``, vectorised (audits, tests)."""
+        p = self.parse_params(params)
+        drawn: IntArray | int = self._draw(label_probs, check_labels(labels), p, n_exemplars, rng, size)[-1]
+        return drawn
+
+    def classify(self, lm: LanguageModel, exemplars: Sequence[Any], query: str, labels: Sequence[str],
+                 template: Any = None, params: ParamsArg = None, rng: np.random.Generator | None = None,
+                 ) -> ClassificationResult:
+        from app.mechanisms import _icl
+
+        p: Any = self.parse_params(params)
+        return _icl.classify_by_units(
+            lm, exemplars, query, labels, template, rng,
+            unit_count=lambda n: self.unit_count(p, n),
+            per_unit=self.unit_size(p),
+            calibrate=p.calibrate,
+            release=lambda probs, labs, n, g, units: self.release(probs, labs, p, n, g, units),
+        )
 
 
 _REGISTRY: dict[str, Mechanism] = {}

@@ -133,22 +133,9 @@ class SyntheticICL(ICL):
 
     name = "synthetic_icl"
 
+    # classify is ICL's: it reports ``self.name`` and ``self.cost(p)``, i.e. this name and the synthetic cost.
     def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         return synthetic_cost(self.parse_params(params).to_dict())
-
-    def classify(
-        self,
-        lm: LanguageModel,
-        exemplars: Sequence[Any],
-        query: str,
-        labels: Sequence[str],
-        template: Any = None,
-        params: ParamsArg = None,
-        rng: np.random.Generator | None = None,
-    ) -> ClassificationResult:
-        res = super().classify(lm, exemplars, query, labels, template, params, rng)
-        return ClassificationResult(res.label, res.label_index, self.name, self.cost(params), res.internals,
-                                    res.distribution)
 
 
 register(ZeroShot())

@@ -38,7 +38,7 @@ is therefore the same for every k (docs/generation.md, "Public candidate sets").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from scipy.special import logsumexp
@@ -57,7 +57,7 @@ from app.mechanisms.gen_common import (
     resolve_units,
     stop_strings,
 )
-from app.mechanisms.gen_decode import decode, eos_ids, public_candidates, restrict
+from app.mechanisms.gen_decode import DecodeOutcome, decode, eos_ids, public_candidates, restrict
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import ClipSoftmaxEvent, RdpAccountant
 from app.privacy.adjacency import Adjacency
@@ -152,6 +152,17 @@ def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int |
         return tok, info
 
     return choose
+
+
+def decode_units(req: GenerationRequest, lm: LanguageModel, units: Sequence[Sequence[int]], score_fn: Any,
+                 rng: np.random.Generator, public_top_k: int | None, reencode: bool) -> DecodeOutcome:
+    """The decoding of clip_softmax and poe: one prompt per unit of exemplars, each step's token drawn by
+    :func:`private_chooser` over ``score_fn`` of the prompts' logits, beside the public zero-shot row
+    when ``public_top_k`` is set."""
+    prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
+    choose = private_chooser(score_fn, rng, public_top_k, eos_ids(lm))
+    public = build_prompt(lm, req.template, [], req.query) if public_top_k is not None else None
+    return decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
 
 
 def public_internals(public_top_k: int | None) -> dict[str, Any]:
@@ -295,11 +306,8 @@ def run(
     cfg = configure(req)
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.prompts, cfg.shots_per_prompt, g)
-    prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
-
-    choose = private_chooser(lambda z: step_scores(z, cfg.clip, cfg.temperature), g, cfg.public_top_k, eos_ids(lm))
-    public = build_prompt(lm, req.template, [], req.query) if cfg.public_top_k is not None else None
-    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
+    out = decode_units(req, lm, units, lambda z: step_scores(z, cfg.clip, cfg.temperature), g, cfg.public_top_k,
+                       reencode)
     internals = {
         **public_internals(cfg.public_top_k),
         "partitions": units,

@@ -19,7 +19,7 @@ so lam = eps/c or eps/(2c) gives pure eps-DP, and both are tight.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -31,20 +31,19 @@ from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.base import (
     ClassificationResult,
     IndexUnits,
-    Mechanism,
     MechanismParams,
     ParamsArg,
+    UnitMechanism,
     check_int,
+    check_label_probs,
     check_labels,
     check_number,
     register,
+    resolve_unit_count,
 )
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import ExponentialMechanismEvent
-
-if TYPE_CHECKING:
-    from app.llm.types import LanguageModel
 
 # Chosen by the sweep ``benchmarks/bench_classify.py sweep-clip --calibrate`` on validation queries of
 # the bundled task (docs/mechanisms.md): the best mean accuracy over T in {4, 8}, eps in {1, 2, 4, 8},
@@ -77,22 +76,10 @@ class PoEParams(MechanismParams):
         s(self, "clip", check_number(self.clip, "clip", lo=0.0))
         s(self, "group_size", check_int(self.group_size, "group_size"))
         s(self, "experts", check_int(self.experts, "experts", optional=True))
-        if not isinstance(self.calibrate, bool):
-            raise MechanismParamError("must be true or false", param="calibrate")
 
 
 def resolve_experts(p: PoEParams, n: int) -> int:
-    if n < 1:
-        raise MechanismParamError("at least one exemplar is needed", param="exemplars")
-    e = p.experts if p.experts is not None else n // p.group_size
-    if e < 1:
-        raise MechanismParamError(f"group_size = {p.group_size} exceeds the {n} exemplars", param="group_size")
-    if e * p.group_size > n:
-        raise MechanismParamError(
-            f"experts x group_size = {e} x {p.group_size} = {e * p.group_size} exceeds the {n} exemplars",
-            param="experts",
-        )
-    return e
+    return resolve_unit_count(n, p.experts, p.group_size, "experts", "group_size")
 
 
 def _clip(p: PoEParams) -> float:
@@ -110,13 +97,19 @@ def inverse_temperature(p: PoEParams) -> float:
     return sens.poe_inverse_temperature(p.epsilon, _clip(p), unit_change(p))
 
 
-class PoE(Mechanism):
+class PoE(UnitMechanism):
     name = "poe"
     is_private = True
     params_type = PoEParams
 
     def parse_params(self, params: ParamsArg) -> PoEParams:
         return PoEParams.from_mapping(params)
+
+    def unit_count(self, p: PoEParams, n: int) -> int:
+        return resolve_experts(p, n)
+
+    def unit_size(self, p: PoEParams) -> int:
+        return p.group_size
 
     def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         p = self.parse_params(params)
@@ -154,28 +147,12 @@ class PoE(Mechanism):
         size: int | None,
     ) -> tuple[FloatArray, FloatArray, FloatArray, float, FloatArray, IntArray | int]:
         resolve_experts(p, n_exemplars)
-        probs = np.asarray(label_probs, dtype=float)
-        if probs.ndim != 2 or probs.shape[1] != len(labs) or probs.shape[0] < 1:
-            raise MechanismParamError(f"label_probs must be (experts, {len(labs)}), got {probs.shape}", param="label_probs")
+        probs = check_label_probs(label_probs, labs, "experts")
         clipped = agg.clipped_log_probs(probs, _clip(p))
         utility = clipped.sum(axis=0)
         lam = inverse_temperature(p)
         idx, noisy = agg.exponential_mechanism_sample(utility, lam, resolve_rng(rng), size)
         return probs, clipped, utility, lam, noisy, idx
-
-    def sample_labels(
-        self,
-        label_probs: npt.ArrayLike,
-        labels: Sequence[str],
-        params: ParamsArg,
-        n_exemplars: int,
-        rng: np.random.Generator | None = None,
-        size: int | None = None,
-    ) -> IntArray | int:
-        """``size`` independent releases for the same experts' label distributions (the code
-        path of :meth:`release`, vectorised; audits, tests)."""
-        p = self.parse_params(params)
-        return self._draw(label_probs, check_labels(labels), p, n_exemplars, rng, size)[-1]
 
     def release(
         self,
@@ -208,27 +185,6 @@ class PoE(Mechanism):
         return ClassificationResult(
             labs[idx], idx, self.name, self._cost(p), internals,
             dict(zip(labs, map(float, dist))),
-        )
-
-    def classify(
-        self,
-        lm: LanguageModel,
-        exemplars: Sequence[Any],
-        query: str,
-        labels: Sequence[str],
-        template: Any = None,
-        params: ParamsArg = None,
-        rng: np.random.Generator | None = None,
-    ) -> ClassificationResult:
-        from app.mechanisms import _icl
-
-        p = self.parse_params(params)
-        return _icl.classify_by_units(
-            lm, exemplars, query, labels, template, rng,
-            unit_count=lambda n: resolve_experts(p, n),
-            per_unit=p.group_size,
-            calibrate=p.calibrate,
-            release=lambda probs, labs, n, g, units: self.release(probs, labs, p, n, g, experts=units),
         )
 
 

@@ -45,20 +45,18 @@ import numpy as np
 from scipy.special import log_softmax, logsumexp
 
 from app.mechanisms import sensitivity as sens
-from app.mechanisms.clip_softmax import gumbel_argmax, private_chooser, public_internals, public_top_k_param
+from app.mechanisms.clip_softmax import decode_units, gumbel_argmax, public_internals, public_top_k_param
 from app.mechanisms.gen_common import (
     GenerationRequest,
     GenerationResult,
     Params,
-    build_prompt,
     clean_answer,
     largest_feasible,
     partition,
     require_private,
     resolve_units,
-    stop_strings,
 )
-from app.mechanisms.gen_decode import decode, eos_ids, restrict
+from app.mechanisms.gen_decode import restrict
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import PrivacyCost, RdpAccountant, RDPCurveEvent
 from app.privacy.rdp import DEFAULT_ORDERS, rdp_pure_dp, rdp_zcdp
@@ -234,12 +232,8 @@ def run(
     cfg = configure(req)
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)
-    prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
     lam = cfg.inverse_temperature
-
-    choose = private_chooser(lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, eos_ids(lm))
-    public = build_prompt(lm, req.template, [], req.query) if cfg.public_top_k is not None else None
-    out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
+    out = decode_units(req, lm, units, lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, reencode)
     internals = {**public_internals(cfg.public_top_k), "experts": units, "steps": out.steps}
     return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,
                             len(out.token_ids))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -37,23 +37,22 @@ from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.base import (
     ClassificationResult,
     IndexUnits,
-    Mechanism,
     MechanismParams,
     ParamsArg,
+    UnitMechanism,
     check_choice,
     check_int,
+    check_label_probs,
     check_labels,
     check_number,
     register,
+    resolve_unit_count,
 )
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.rng import resolve_rng
 from app.privacy.accountant import DpEvent, ExponentialMechanismEvent, GaussianEvent, PureDPEvent
 from app.privacy.calibration import calibrate_gaussian
 from app.privacy.errors import PrivacyInputError
-
-if TYPE_CHECKING:
-    from app.llm.types import LanguageModel
 
 NOISES = ("gaussian", "laplace", "gumbel")
 CALIBRATIONS = ("analytic", "classical")
@@ -126,20 +125,7 @@ class NoisePlan:
 
 def resolve_partitions(p: RNMParams, n: int) -> int:
     """T for n exemplars; raises naming ``partitions`` when T x shots exceeds n."""
-    if n < 1:
-        raise MechanismParamError("at least one exemplar is needed", param="exemplars")
-    t = p.partitions if p.partitions is not None else n // p.shots_per_partition
-    if t < 1:
-        raise MechanismParamError(
-            f"shots_per_partition = {p.shots_per_partition} exceeds the {n} exemplars", param="shots_per_partition"
-        )
-    if t * p.shots_per_partition > n:
-        raise MechanismParamError(
-            f"partitions x shots_per_partition = {t} x {p.shots_per_partition} = {t * p.shots_per_partition} "
-            f"exceeds the {n} exemplars",
-            param="partitions",
-        )
-    return t
+    return resolve_unit_count(n, p.partitions, p.shots_per_partition, "partitions", "shots_per_partition")
 
 
 @functools.lru_cache(maxsize=256)
@@ -195,13 +181,19 @@ def exact_distribution(votes: npt.ArrayLike, plan: NoisePlan) -> FloatArray:
     return agg.gumbel_rnm_distribution(votes, plan.scale)
 
 
-class RNM(Mechanism):
+class RNM(UnitMechanism):
     name = "rnm"
     is_private = True
     params_type = RNMParams
 
     def parse_params(self, params: ParamsArg) -> RNMParams:
         return RNMParams.from_mapping(params)
+
+    def unit_count(self, p: RNMParams, n: int) -> int:
+        return resolve_partitions(p, n)
+
+    def unit_size(self, p: RNMParams) -> int:
+        return p.shots_per_partition
 
     def cost(self, params: ParamsArg = None, n_exemplars: int | None = None) -> dict[str, Any]:
         p = self.parse_params(params)
@@ -231,26 +223,10 @@ class RNM(Mechanism):
         size: int | None,
     ) -> tuple[NoisePlan, FloatArray, FloatArray, FloatArray, IntArray | int]:
         plan = plan_noise(p, n_exemplars)
-        probs = np.asarray(label_probs, dtype=float)
-        if probs.ndim != 2 or probs.shape[1] != len(labs) or probs.shape[0] < 1:
-            raise MechanismParamError(f"label_probs must be (partitions, {len(labs)}), got {probs.shape}", param="label_probs")
+        probs = check_label_probs(label_probs, labs, "partitions")
         votes = agg.votes_from_distributions(probs)
         noisy = noisy_votes(votes, plan, resolve_rng(rng), size)
         return plan, probs, votes, noisy, agg.noisy_argmax(noisy)
-
-    def sample_labels(
-        self,
-        label_probs: npt.ArrayLike,
-        labels: Sequence[str],
-        params: ParamsArg,
-        n_exemplars: int,
-        rng: np.random.Generator | None = None,
-        size: int | None = None,
-    ) -> IntArray | int:
-        """``size`` independent releases (label indices) for the same partitions' label
-        distributions: the code path of :meth:`release`, vectorised (audits, tests)."""
-        p = self.parse_params(params)
-        return self._draw(label_probs, check_labels(labels), p, n_exemplars, rng, size)[-1]
 
     def release(
         self,
@@ -282,27 +258,6 @@ class RNM(Mechanism):
         if partitions is not None:
             internals["partitions"] = [list(map(int, u)) for u in partitions]
         return ClassificationResult(labs[idx], idx, self.name, self._cost(plan, p), internals, dist)
-
-    def classify(
-        self,
-        lm: LanguageModel,
-        exemplars: Sequence[Any],
-        query: str,
-        labels: Sequence[str],
-        template: Any = None,
-        params: ParamsArg = None,
-        rng: np.random.Generator | None = None,
-    ) -> ClassificationResult:
-        from app.mechanisms import _icl
-
-        p = self.parse_params(params)
-        return _icl.classify_by_units(
-            lm, exemplars, query, labels, template, rng,
-            unit_count=lambda n: resolve_partitions(p, n),
-            per_unit=p.shots_per_partition,
-            calibrate=p.calibrate,
-            release=lambda probs, labs, n, g, units: self.release(probs, labs, p, n, g, partitions=units),
-        )
 
 
 register(RNM())

@@ -121,9 +121,10 @@ class ZCDPEvent(DpEvent):
 
 
 @dataclass(frozen=True)
-class PureDPEvent(DpEvent):
-    """An eps-DP release (e.g. Laplace, randomized response, report-noisy-max with
-    Gumbel noise). RDP: min(eps, alpha eps^2/2, sinh form) (Bun & Steinke 2016 Prop. 3.3)."""
+class _EpsilonDPEvent(DpEvent):
+    """What every eps-DP release repeated ``count`` times shares: its pure epsilon, and the zCDP rho
+    eps^2/2 (Bun & Steinke 2016 Prop. 3.3; for the exponential mechanism ICLInf Thm C.5, first term).
+    The subclasses differ in their RDP curves (and the pure event's PLD)."""
 
     epsilon: float
     count: int = 1
@@ -132,14 +133,20 @@ class PureDPEvent(DpEvent):
         object.__setattr__(self, "epsilon", v.nonnegative(self.epsilon, "epsilon"))
         object.__setattr__(self, "count", _check_count(self.count))
 
-    def rdp(self, orders: np.ndarray, adjacency: Adjacency) -> np.ndarray:
-        return self.count * rdp_pure_dp(orders, self.epsilon)
-
     def pure_epsilon(self, adjacency: Adjacency) -> float | None:
         return self.count * self.epsilon
 
     def zcdp_rho(self, adjacency: Adjacency) -> float | None:
-        return self.count * self.epsilon * self.epsilon / 2.0  # Bun & Steinke 2016 Prop. 3.3
+        return self.count * self.epsilon * self.epsilon / 2.0
+
+
+@dataclass(frozen=True)
+class PureDPEvent(_EpsilonDPEvent):
+    """An eps-DP release (e.g. Laplace, randomized response, report-noisy-max with
+    Gumbel noise). RDP: min(eps, alpha eps^2/2, sinh form) (Bun & Steinke 2016 Prop. 3.3)."""
+
+    def rdp(self, orders: np.ndarray, adjacency: Adjacency) -> np.ndarray:
+        return self.count * rdp_pure_dp(orders, self.epsilon)
 
     def pld_spec(self, adjacency: Adjacency) -> PldSpec | None:
         # Any eps-DP release is dominated by binary randomized response (Kairouz et al. 2015, Thm 3.3).
@@ -147,24 +154,11 @@ class PureDPEvent(DpEvent):
 
 
 @dataclass(frozen=True)
-class ExponentialMechanismEvent(DpEvent):
+class ExponentialMechanismEvent(_EpsilonDPEvent):
     """An eps-DP exponential mechanism; RDP by ICLInf Thm C.5 (Wu et al. 2024 Thm 8)."""
-
-    epsilon: float
-    count: int = 1
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", v.nonnegative(self.epsilon, "epsilon"))
-        object.__setattr__(self, "count", _check_count(self.count))
 
     def rdp(self, orders: np.ndarray, adjacency: Adjacency) -> np.ndarray:
         return self.count * rdp_exponential_mechanism(orders, self.epsilon)
-
-    def pure_epsilon(self, adjacency: Adjacency) -> float | None:
-        return self.count * self.epsilon
-
-    def zcdp_rho(self, adjacency: Adjacency) -> float | None:
-        return self.count * self.epsilon * self.epsilon / 2.0  # ICLInf Thm C.5, first term
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Decode steps of concurrent sessions merged into one forward pass (scheduler + HFLanguageModel._run_steps):
+"""Decode steps of concurrent sessions merged into one forward pass (scheduler + app.llm.step_merge.run_steps):
 every row's logits equal the same session stepped alone, whatever the other sessions' lengths; rows and
 positions never mix; a session keeps stepping alone (or dropping rows) after a merged step."""
 
@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from app.llm import step_merge
 from app.llm.tenancy import tenant_scope
 
 from .conftest import chat_prompt, prefix_reuse, reference_next_logprobs
@@ -62,7 +63,7 @@ def test_merged_steps_equal_steps_alone(lm, header_prompts):
     for k in range(steps):
         toks = [_tokens(k, s.size, j) for j, s in enumerate(sessions)]
         # the step runner, as the scheduler calls it with every queued step at once
-        outs = lm._run_steps([(s._kv, t) for s, t in zip(sessions, toks)])
+        outs = step_merge.run_steps(lm, [(s._kv, t) for s, t in zip(sessions, toks)])
         for j, (s, o) in enumerate(zip(sessions, outs)):
             assert not isinstance(o, BaseException), o
             s._logits_t = o
@@ -92,16 +93,16 @@ def test_step_groups_respect_the_cost_budget(lm, header_prompts):
     old = lm.merge_step_tokens
     try:
         lm.merge_step_tokens = 0
-        assert sorted(len(g) for g in lm._step_groups(kvs)) == [1, 1, 1]
+        assert sorted(len(g) for g in step_merge.step_groups(lm, kvs)) == [1, 1, 1]
         lm.merge_step_tokens = 1 << 20
-        groups = lm._step_groups(kvs)
+        groups = step_merge.step_groups(lm, kvs)
         assert sorted(i for g in groups for i in g) == [0, 1, 2]
         for g in groups:  # padding never more than doubles a merged group's cache
             t = max(kvs[i].physical_length for i in g) + 1
             assert sum(kvs[i].n for i in g) * t <= 2 * sum(kvs[i].n * (kvs[i].physical_length + 1) for i in g)
         short = sorted(range(3), key=lambda i: kvs[i].physical_length)[:2]
         lm.merge_step_tokens = sum(kvs[i].n for i in short) * (max(kvs[i].physical_length for i in short) + 1)
-        assert [g for g in lm._step_groups(kvs) if len(g) > 1] in ([short], [])
+        assert [g for g in step_merge.step_groups(lm, kvs) if len(g) > 1] in ([short], [])
     finally:
         lm.merge_step_tokens = old
     for s in sessions:
@@ -116,11 +117,11 @@ def test_cost_rule_on_measured_shapes(lm):
         return [SimpleNamespace(n=n, physical_length=t) for _ in range(k)]
 
     assert lm.merge_step_tokens == 3072
-    assert lm._step_groups(kvs(2, 8, 400)) == [[0], [1]]  # 0.85x merged: stepped apart
-    assert [len(g) for g in lm._step_groups(kvs(8, 4, 200))] == [8]  # 2.0x merged
-    assert [len(g) for g in lm._step_groups(kvs(16, 1, 128))] == [16]  # 5.1x merged
+    assert step_merge.step_groups(lm, kvs(2, 8, 400)) == [[0], [1]]  # 0.85x merged: stepped apart
+    assert [len(g) for g in step_merge.step_groups(lm, kvs(8, 4, 200))] == [8]  # 2.0x merged
+    assert [len(g) for g in step_merge.step_groups(lm, kvs(16, 1, 128))] == [16]  # 5.1x merged
     # padding never more than doubles the cache: a long session does not join short ones
-    assert sorted(map(len, lm._step_groups(kvs(3, 1, 10) + kvs(1, 1, 300)))) == [1, 3]
+    assert sorted(map(len, step_merge.step_groups(lm, kvs(3, 1, 10) + kvs(1, 1, 300)))) == [1, 3]
 
 
 @pytest.mark.parametrize("tenants", [("acme",) * 3, ("acme", "globex", "acme")])

@@ -278,10 +278,11 @@ class CanaryMIAKind(JobKind):
                 vo[other] = parts
             target = SimulatedVotingTarget(vw, vo, noise)
         if config.mode == "sequential":
-            from app.audit.campaign import _partitions
+            from app.audit.target_info import target_partitions
             from app.jobs.kinds import canary_seq
 
-            out = canary_seq.run(ctx, config, target, exemplars, attack, rng, _partitions(target, len(exemplars)))
+            out = canary_seq.run(ctx, config, target, exemplars, attack, rng,
+                                 target_partitions(target, len(exemplars)))
             ctx.progress(1.0, "done")
             return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", labels, template, rng)

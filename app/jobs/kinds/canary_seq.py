@@ -58,15 +58,15 @@ def claim_of(ctx: JobContext, config: Any, target: Any, n: int) -> tuple[float, 
 
 def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, str]], attack: Any, rng: Any,
         partitions: int | None) -> dict[str, Any]:
-    from app.audit.campaign import _mechanism_name, _noise
     from app.audit.power import claimed_noise
     from app.audit.probe import probe_arm
     from app.audit.sequential import run_sequential
+    from app.audit.target_info import mechanism_name, target_noise
 
     claim, delta, eps_claimed = claim_of(ctx, config, target, len(exemplars))
-    noise = _noise(target, len(exemplars))
+    noise = target_noise(target, len(exemplars))
     noise = None if noise is None else claimed_noise(noise)
-    floor = _mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
+    floor = mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
     probe = probe_arm(target, len(exemplars), noise, partitions) if config.probe else None
     with target_failures(target):
         res = run_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, noise=noise,

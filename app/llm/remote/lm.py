@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import CapabilityError, ModelLoadError
 from ..tenancy import _TENANT
-from ..types import Generation, ModelSpec
+from ..types import Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 from .capabilities import _HINTS, RemoteCapabilities
 from .decode import RemoteDecodeSession
 from .transport import (
@@ -392,15 +392,7 @@ class RemoteLanguageModel:
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         rows = [self._bos(r) for r in await self.transport.gather([self._plain_ids(p) for p in prompts])]
-        for i, r in enumerate(rows):
-            if not r:
-                raise CapabilityError(f"prompt {i} is empty after tokenization; {self._label} needs at least one token")
-            if self._max_context is not None and len(r) + extra > self._max_context:
-                raise CapabilityError(
-                    f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {self._max_context} "
-                    f"of {self._label}"
-                )
-        return rows
+        return check_prompt_rows(rows, extra, self._max_context, self._label)
 
     # --------------------------------------------------------------- scoring
 
@@ -559,19 +551,12 @@ class RemoteLanguageModel:
         seed: int | None = None,
     ) -> list[Generation]:
         """Greedy or sampled completions, one request per prompt (row ``i`` sampled with ``seed + i``)."""
-        if max_new_tokens < 0:
-            raise ValueError("max_new_tokens must be >= 0")
-        if temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
+        check_generation_args(max_new_tokens, temperature, top_p)
         if isinstance(prompts, str):
             raise TypeError("prompts must be a sequence of strings, not one string")
         self.require("generation", "generate")
         tokenized = self._has("tokenize")  # without vLLM's /tokenize: text prompts, standard fields only
-        if isinstance(stop, str):
-            stop = [stop]
-        stops = [s for s in (stop or []) if s]
+        stops = stop_strings(stop)
         salt = self._salt(None)
         # Greedy or seeded requests give the same answer when resent; unseeded sampling is resent only
         # when it never reached the server.
