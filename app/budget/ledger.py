@@ -88,18 +88,13 @@ def state_of(acc: Any) -> BudgetState:
     )
 
 
-def _store_state(acc: Any, state: BudgetState, spent: float, method: str) -> None:
-    acc.rdp_sum = state.rdp_json()
-    acc.basic_epsilon = state.basic_epsilon
-    acc.basic_delta = state.basic_delta
-    acc.nocurve_epsilon = state.nocurve_epsilon
-    acc.nocurve_delta = state.nocurve_delta
-    acc.charges = state.charges
-    acc.pld_counts = dict(state.pld_counts)
-    acc.rest_rdp = state.rest_json()
-    acc.epsilon_spent = spent
-    acc.composition_method = method
-    acc.updated_at = utcnow()
+def _store_state(session: Session, acc: Any, state: BudgetState, spent: float, method: str) -> None:
+    """Write the account's new composition state (one UPDATE by key, in the caller's transaction)."""
+    repo.store_account(session, acc, rdp_sum=state.rdp_json(), basic_epsilon=state.basic_epsilon,
+                       basic_delta=state.basic_delta, nocurve_epsilon=state.nocurve_epsilon,
+                       nocurve_delta=state.nocurve_delta, charges=state.charges, pld_counts=dict(state.pld_counts),
+                       rest_rdp=state.rest_json(), epsilon_spent=spent, composition_method=method,
+                       updated_at=utcnow())
 
 
 def _json_curve(values) -> list[float | None]:
@@ -211,7 +206,7 @@ class Ledger:
             idempotency_key=idempotency_key, status="charged",
             response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
         )
-        _store_state(acc, new_state, spent, method)
+        _store_state(session, acc, new_state, spent, method)
         return ChargeResult(entry_id, spent, acc.epsilon_budget, acc.delta_budget)
 
     def refund(self, session: Session, *, dataset_id: str, tenant_id: str, entry_id: int) -> bool:
@@ -229,5 +224,5 @@ class Ledger:
                                      [math.inf if x is None else x for x in e.rdp] if e.rdp is not None else None,
                                      PldSpec.from_dict(e.pld) if e.pld is not None and e.rdp is not None else None))
         spent, method = compose(state, acc.delta_budget)
-        _store_state(acc, state, spent, method)
+        _store_state(session, acc, state, spent, method)
         return True

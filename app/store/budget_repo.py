@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.store.base import utcnow
 from app.store.gateway_tables import BudgetAccount, LedgerEntry
@@ -51,6 +52,22 @@ def lock_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAcc
         _LOCK_ACCOUNT, {"the_dataset": dataset_id, "the_tenant": tenant_id},
         execution_options={"populate_existing": True, "synchronize_session": False},
     ).one_or_none()
+
+
+_ACCOUNTS = BudgetAccount.__table__
+_STORE_ACCOUNT = _ACCOUNTS.update().where(_ACCOUNTS.c.dataset_id == bindparam("the_dataset"))
+
+
+def store_account(session: Session, acc: BudgetAccount, **fields) -> None:
+    """Write ``fields`` to the (locked) account row with one Core UPDATE by key, and set them on ``acc``
+    as committed values: the ORM's unit of work would diff and flush the same columns for several
+    times the Python (issue 27); ``acc`` stays what the row now holds, and nothing is left dirty."""
+    unknown = set(fields) - set(_ACCOUNTS.c.keys())
+    if unknown:
+        raise TypeError(f"unknown budget account fields: {sorted(unknown)}")
+    session.execute(_STORE_ACCOUNT, {"the_dataset": acc.dataset_id, **fields})
+    for key, value in fields.items():
+        set_committed_value(acc, key, value)
 
 
 def get_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAccount | None:

@@ -191,3 +191,22 @@ def test_refund_refuses_an_entry_of_another_dataset(db):
     assert uow.refund(dataset_id=other, tenant_id="t1", entry_id=ch.entry_id) is False
     assert uow.refund(dataset_id=ds, tenant_id="t1", entry_id=ch.entry_id) is True
     assert uow.refund(dataset_id=ds, tenant_id="t1", entry_id=ch.entry_id) is False
+
+
+def test_a_charge_leaves_the_account_object_equal_to_its_row_and_nothing_dirty(db):
+    """The account's new state is one UPDATE by key (budget_repo.store_account), its values set on the
+    ORM object as committed: the session has nothing left to flush, and a fresh read agrees."""
+    from app.store import budget_repo
+
+    ds = _dataset(db, 10.0)
+    cost = _typed(_gaussian_cost(3.0))
+    with db.session() as s:
+        first = Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost=cost, mechanism="rnm", params={}, response={})
+        acc = budget_repo.get_account(s, ds, "t1")
+        assert not s.dirty and acc.epsilon_spent == first.epsilon_spent and acc.charges == 1
+        second = Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost=cost, mechanism="rnm", params={}, response={})
+        assert not s.dirty and acc.charges == 2 and acc.epsilon_spent == second.epsilon_spent > first.epsilon_spent
+        s.commit()
+    with db.session() as s:
+        fresh = budget_repo.get_account(s, ds, "t1")
+        assert (fresh.charges, fresh.epsilon_spent, fresh.rdp_sum) == (2, second.epsilon_spent, acc.rdp_sum)
