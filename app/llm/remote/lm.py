@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
 import math
 import secrets
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict
 from typing import Any, Literal, cast
 
 import numpy as np
 
-from ..errors import CapabilityError, ModelLoadError
+from ..errors import CapabilityError
 from ..tenancy import _TENANT
 from ..types import Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 from .capabilities import _HINTS, RemoteCapabilities
 from .decode import RemoteDecodeSession
+from . import discovery
 from .transport import (
-    _CAPABILITY_NAMES,
     _FLOOR,
     MAX_LOGPROB_TOKEN_IDS,
     RemoteError,
     RemoteOptions,
     Transport,
+    first_choice,
 )
 
 log = logging.getLogger(__name__)
@@ -65,13 +63,6 @@ def _token_key_id(key: str) -> int:
         return int(key.rsplit(":", 1)[1]) if key.startswith("token_id:") else int(key)
     except (ValueError, IndexError):
         raise RemoteError(f"cannot read a token id from the server's logprobs key {key!r}") from None
-
-
-def _first_choice(body: Any, what: str) -> dict[str, Any]:
-    try:
-        return body["choices"][0]
-    except (KeyError, IndexError, TypeError):
-        raise RemoteError(f"the server's answer to {what} has no choices: {str(body)[:300]}") from None
 
 
 # ------------------------------------------------------------------ the model
@@ -114,124 +105,19 @@ class RemoteLanguageModel:
 
     def connect(self) -> RemoteLanguageModel:
         """Find the served model, then probe (or take as declared) what the server can do."""
-        self.transport.run(self._connect())
+        self.transport.run(discovery.connect(self))
         return self
 
-    async def _wait_models(self) -> dict[str, Any]:
-        deadline = time.monotonic() + self.opts.startup_timeout
-        while True:
-            try:
-                return await self.transport.request("GET", self._url("/v1/models"))
-            except RemoteError as exc:
-                if exc.status in (401, 403) or time.monotonic() >= deadline:
-                    raise
-                log.info("%s: waiting for the server (%s)", self._label, exc)
-                await asyncio.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
 
-    async def _connect(self) -> None:
-        try:
-            listing = await self._wait_models()
-        except RemoteError as exc:
-            raise ModelLoadError(f"{self._label}: cannot list the server's models: {exc}") from None
-        entries = [m for m in (listing.get("data") or []) if isinstance(m, dict)] if isinstance(listing, dict) else []
-        ids = [str(m.get("id")) for m in entries]
-        if not self.model_id:
-            if len(ids) != 1:
-                raise ModelLoadError(
-                    f"{self._label}: the server serves {ids or 'no models'}; set options.served_model_name"
-                )
-            self.model_id = ids[0]
-        elif self.model_id not in ids:
-            raise ModelLoadError(
-                f"{self._label}: the server does not serve {self.model_id!r} (it serves {ids}); "
-                f"check options.served_model_name"
-            )
-        entry = entries[ids.index(self.model_id)]
-        if self._max_context is None and isinstance(entry.get("max_model_len"), int):
-            self._max_context = int(entry["max_model_len"])
-
-        declared = self.opts.declared
-        if not self.opts.discover:
-            for name in _CAPABILITY_NAMES:
-                default = name in ("generation",)
-                self._have[name] = bool(declared.get(name, default))
-                if not self._have[name]:
-                    self._missing[name] = "declared false" if name in declared else "not declared (discover is off)"
-            if self._have.get("tokenize"):
-                await self._probe_bos()
-            return
-
-        probes: dict[str, Callable[[], Awaitable[None]]] = {
-            "tokenize": self._probe_tokenize,
-            "chat_template": self._probe_chat,
-            "generation": self._probe_generation,
-            "full_vocab_logprobs": self._probe_full_vocab,
-            "prompt_logprobs": self._probe_prompt_logprobs,
-            "logprob_token_ids": self._probe_label_ids,
-        }
-        for name, probe in probes.items():
-            if declared.get(name) is False:
-                self._have[name], self._missing[name] = False, "declared false"
-                continue
-            if name != "tokenize" and name != "generation" and not self._have.get("tokenize"):
-                self._have[name], self._missing[name] = False, "needs tokenize"
-                continue
-            try:
-                await probe()
-                self._have[name] = True
-            except (RemoteError, ValueError, KeyError, TypeError, IndexError) as exc:
-                if isinstance(exc, RemoteError) and (exc.status is None or exc.status in (401, 403, 429)
-                                                     or exc.status >= 500):
-                    raise ModelLoadError(f"{self._label}: capability probe {name!r} failed: {exc}") from None
-                if "cache_salt" in str(exc) and not self.opts.salt_off:
-                    raise ModelLoadError(
-                        f"{self._label}: the server rejects cache_salt ({exc}); without it the prefix cache is a "
-                        "cross-tenant side channel. Use a vLLM with cache_salt, or set options.cache_salt to "
-                        "\"off\" for a server without prefix caching"
-                    ) from None
-                self._have[name], self._missing[name] = False, str(exc)[:300]
-            if declared.get(name) and not self._have[name]:
-                raise ModelLoadError(
-                    f"{self._label}: capability {name!r} is declared but the server lacks it: {self._missing[name]}"
-                )
-        self._have["embeddings"] = False
-        self._missing["embeddings"] = "a language model (kind 'lm')"
 
     async def _tokenize_remote(self, text: str, add_special_tokens: bool) -> list[int]:
         body = await self._post("/tokenize", {"model": self.model_id, "prompt": text,
                                               "add_special_tokens": add_special_tokens})
         return [int(t) for t in body["tokens"]]
 
-    async def _probe_bos(self) -> None:
-        plain = await self._tokenize_remote("x", False)
-        special = await self._tokenize_remote("x", True)
-        if len(special) > len(plain) and special[1:1 + len(plain)] == plain and special[0] not in plain[:1]:
-            self._bos_id = int(special[0])
 
-    async def _probe_tokenize(self) -> None:
-        await self._probe_bos()
-        ids = await self._plain_ids("Hello world")
-        body = await self._post("/detokenize", {"model": self.model_id, "tokens": ids})
-        if body.get("prompt") != "Hello world":
-            raise ValueError(f"/detokenize does not invert /tokenize ({body.get('prompt')!r})")
-        if not self.eos_token_ids:
-            self.eos_token_ids = await self._discover_eos()
 
-    async def _discover_eos(self) -> frozenset[int]:
-        # vLLM's optional /tokenizer_info (--enable-tokenizer-info-endpoint) names the EOS token.
-        with contextlib.suppress(RemoteError, ValueError, KeyError, TypeError):
-            info = await self.transport.request("GET", self._url("/tokenizer_info"))
-            eos = info.get("eos_token")
-            if isinstance(eos, dict):
-                eos = eos.get("content")
-            if isinstance(eos, str) and eos:
-                ids = await self._tokenize_remote(eos, False)
-                if len(ids) == 1:
-                    return frozenset(ids)
-        return frozenset()
 
-    async def _probe_chat(self) -> None:
-        await self._chat_ids([{"role": "user", "content": "hi"}], True)
 
     def _salt(self, call_salt: str | None) -> dict[str, Any]:
         if self.opts.salt_off:
@@ -260,32 +146,9 @@ class RemoteLanguageModel:
         body.update(extra)
         return body
 
-    async def _probe_generation(self) -> None:
-        if self._have.get("tokenize"):
-            ids = self._bos(await self._plain_ids("Hello"))
-            body = self._completion_body(ids, self._salt(None), max_tokens=1, return_token_ids=True)
-        else:  # standard OpenAI fields only
-            body = {"model": self.model_id, "prompt": "Hello", "max_tokens": 1, **self._salt(None)}
-        _first_choice(await self._post("/v1/completions", body), "a generation probe")
 
-    async def _probe_full_vocab(self) -> None:
-        ids = await self._plain_ids("Hello")
-        row = await self._next_lp_row(self._bos(ids), self._salt(None))
-        if self._vocab_size is None:
-            self._vocab_size = int(row.shape[0])
 
-    async def _probe_prompt_logprobs(self) -> None:
-        ids = self._bos(await self._plain_ids("Hello world"))
-        lps = await self._prompt_token_logprobs(ids + ids, len(ids), self._salt(None))
-        if len(lps) != len(ids) or not all(math.isfinite(x) for x in lps):
-            raise ValueError("prompt_logprobs did not score the prompt's tokens")
 
-    async def _probe_label_ids(self) -> None:
-        ids = self._bos(await self._plain_ids("Hello"))
-        want = ids[-1:]
-        got = await self._label_lp(ids, want, self._salt(None))
-        if set(got) != set(want):
-            raise ValueError("logprob_token_ids did not return the requested ids")
 
     # ------------------------------------------------------------------ info
 
@@ -398,7 +261,7 @@ class RemoteLanguageModel:
 
     async def _next_lp_row(self, ids: list[int], salt: dict[str, Any]) -> np.ndarray:
         body = await self._post("/v1/completions", self._completion_body(ids, salt, logprobs=-1))
-        choice = _first_choice(body, "a full-vocabulary logprobs request")
+        choice = first_choice(body, "a full-vocabulary logprobs request")
         try:
             top = choice["logprobs"]["top_logprobs"][0]
         except (KeyError, IndexError, TypeError):
@@ -442,7 +305,7 @@ class RemoteLanguageModel:
             "/v1/completions",
             self._completion_body(ids, salt, logprobs=len(want), logprob_token_ids=want),
         )
-        choice = _first_choice(body, "a logprob_token_ids request")
+        choice = first_choice(body, "a logprob_token_ids request")
         try:
             top = choice["logprobs"]["top_logprobs"][0]
         except (KeyError, IndexError, TypeError):
@@ -456,7 +319,7 @@ class RemoteLanguageModel:
     async def _prompt_token_logprobs(self, ids: list[int], start: int, salt: dict[str, Any]) -> list[float]:
         """log p(ids[j] | ids[:j]) for j >= start, via prompt_logprobs (teacher forced, one pass)."""
         body = await self._post("/v1/completions", self._completion_body(ids, salt, prompt_logprobs=0))
-        choice = _first_choice(body, "a prompt_logprobs request")
+        choice = first_choice(body, "a prompt_logprobs request")
         plp = choice.get("prompt_logprobs")
         if not isinstance(plp, list) or len(plp) != len(ids):
             raise ValueError(f"prompt_logprobs missing or of the wrong length ({type(plp).__name__})")
@@ -582,7 +445,7 @@ class RemoteLanguageModel:
             else:
                 req = {"model": self.model_id, "prompt": ids, **salt, **extra}
             body = await self._post("/v1/completions", req, idempotent=idempotent)
-            choice = _first_choice(body, "a generation request")
+            choice = first_choice(body, "a generation request")
             tokens = [int(t) for t in (choice.get("token_ids") or [])]
             finish: Literal["stop", "length"] = "stop" if choice.get("finish_reason") == "stop" else "length"
             return Generation(str(choice.get("text") or ""), tokens, finish)

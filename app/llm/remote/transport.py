@@ -349,6 +349,14 @@ class Transport:
         raise RemoteError(f"{self.label}: cannot reach {url} ({type(last).__name__}: {last}; {tries})") from None
 
 
+def first_choice(body: Any, what: str) -> dict[str, Any]:
+    """``choices[0]`` of an OpenAI-style answer, or RemoteError saying the answer had none."""
+    try:
+        return body["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise RemoteError(f"the server's answer to {what} has no choices: {str(body)[:300]}") from None
+
+
 def _error_message(resp: Any) -> str:
     try:
         body = resp.json()
