@@ -44,6 +44,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from app.mechanisms import sensitivity as sens
+from app.mechanisms import step_trace
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.gen_common import (
     GenerationRequest,
@@ -132,10 +133,14 @@ def public_top_k_param(p: Params, default: int | None) -> int | None:
     return k or None
 
 
-def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int | None, eos: Any) -> Any:
+def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int | None, eos: Any,
+                    temperature: float | None = None) -> Any:
     """The per-step choice of a token-level mechanism: Gumbel-max over ``score_fn(private logits)``,
     restricted to the public top-k (+ EOS) when ``public_top_k`` is set. The candidate set is
-    computed from the public row alone; the private rows never enter it."""
+    computed from the public row alone; the private rows never enter it. ``temperature``: the scale
+    the scores are the clean statistic over (score_fn = statistic / temperature); given, each step
+    goes to an in-process white-box audit's collector where one is set (``step_trace``: never into
+    the internals)."""
 
     def choose(logits: np.ndarray, public_logits: np.ndarray | None = None) -> tuple[int, dict[str, Any]]:
         cand = None
@@ -145,6 +150,8 @@ def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int |
             cand = public_candidates(public_logits, public_top_k, sorted(eos))
         a = restrict(score_fn(logits), cand)
         tok = gumbel_argmax(a, rng)
+        if temperature is not None:
+            step_trace.record(a, temperature, tok)
         norm = float(logsumexp(a))
         info = {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(np.max(a) - norm))}
         if cand is not None:
@@ -297,7 +304,8 @@ def run(
     units = partition(len(req.exemplars), cfg.prompts, cfg.shots_per_prompt, g)
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
 
-    choose = private_chooser(lambda z: step_scores(z, cfg.clip, cfg.temperature), g, cfg.public_top_k, eos_ids(lm))
+    choose = private_chooser(lambda z: step_scores(z, cfg.clip, cfg.temperature), g, cfg.public_top_k, eos_ids(lm),
+                             cfg.temperature)
     public = build_prompt(lm, req.template, [], req.query) if cfg.public_top_k is not None else None
     out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
     internals = {

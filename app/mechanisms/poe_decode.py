@@ -237,7 +237,7 @@ def run(
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
     lam = cfg.inverse_temperature
 
-    choose = private_chooser(lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, eos_ids(lm))
+    choose = private_chooser(lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, eos_ids(lm), 1.0 / lam)
     public = build_prompt(lm, req.template, [], req.query) if cfg.public_top_k is not None else None
     out = decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
     internals = {**public_internals(cfg.public_top_k), "experts": units, "steps": out.steps}

@@ -124,7 +124,7 @@ def test_noise_evidence_flag_and_vector_residuals():
     assert ev.log_alt["noise_half"] > math.log(40.0)  # 32 draws: ~26 nats against half the scale
     ev.flag(NOT_NEAREST)
     assert ev.impossible == [NOT_NEAREST] and ev.e_violation == math.exp(INF_LOG)
-    assert white_box_evidence(_design("clip_softmax"), REQUIRED, 1.0, 1e-5) is None
+    assert white_box_evidence(_design("mozo"), REQUIRED, 1.0, 1e-5) is None
 
 
 @pytest.mark.parametrize("mech", ["clip_softmax", "poe", "mozo"])
