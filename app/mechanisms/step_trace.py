@@ -11,7 +11,9 @@ under the claimed temperature and under the alternatives' (``app.audit.gen_noise
 The statistic is computed from the exemplars, so it never enters a result, the API internals, a log
 or an artifact: :func:`collect` sets a context-local list around ONE mechanism call and
 :func:`record` appends to it only while it is set (outside an audit it is unset: nothing is kept).
-Nothing here is serialised; a remote target cannot offer it (its audit stays black-box).
+A ``ContextVar``: another thread (an API request, another job) starts with it unset and never
+records into an audit's list. Nothing here is serialised; a remote target cannot offer it (its audit
+stays black-box).
 """
 
 from __future__ import annotations

@@ -219,6 +219,13 @@ def test_the_collector_is_unset_outside_an_audit_and_changes_no_result():
     step_trace.record(np.zeros(3), 1.0, 0)  # no collector: a no-op
     with step_trace.collect() as steps:
         assert step_trace.active()
+        import threading
+
+        seen: list[bool] = []
+        th = threading.Thread(target=lambda: (seen.append(step_trace.active()), step_trace.record(np.zeros(2), 1.0, 0)))
+        th.start()
+        th.join()
+        assert seen == [False]  # another thread (a request, another job) never sees the audit's collector
     assert steps == [] and not step_trace.active()
     for mech in ("clip_softmax", "poe"):
         t = _target(mech, 2.0)
