@@ -17,7 +17,8 @@ of processes that move on disjoint steps (each step's factor has conditional mea
   ``app.audit.power.ALTERNATIVES``, the likelihood ratio of the claimed law over the alternative's
   (a simple null: a martingale under it), or, where the alternative puts no noise on a score that
   the observation shows noisy, an event of probability 0 under it. The same processes read esa's
-  noisy - clean mean embedding, every coordinate one draw (``app.audit.gen_noise``).
+  noisy - clean mean embedding, every coordinate one draw, and, through ``add_log_ratios``, the
+  token mechanisms' released tokens under softmax(scores / f) (``app.audit.gen_noise``).
 """
 
 from __future__ import annotations

@@ -30,11 +30,15 @@ stopping time, and the audit may look after every batch.
   ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
   pass says the target is not the alternative *as that model predicts it*.
 * White-box (``white_box=True`` and a target that reports its clean and noisy statistic: esa's
-  clean and noisy mean, in-process or a gateway's internals): ``app.audit.gen_noise`` reads the noise
+  clean and noisy mean, in-process or a gateway's internals; in-process clip_softmax and poe: each
+  private step's clean statistic through ``app.mechanisms.step_trace``, the target's
+  ``trace_token_steps`` turned on for the audit only): ``app.audit.gen_noise`` reads the noise
   with ``eprocess.NoiseEvidence``. The violation e-value is then 1/2 the black-box mixture above + 1/2
   the noise's (scaled-down likelihood ratios, events of probability 0: a zero residual, a release
-  that is not the candidate nearest the noisy mean); each alternative's e-value is 1/2 its bet + 1/2
-  the likelihood ratio of the claimed noise over the alternative's. Mechanisms whose internals do
+  that is not the candidate nearest the noisy mean, a token outside the candidates); each
+  alternative's e-value is 1/2 its bet + 1/2 the likelihood ratio of the claimed noise over the
+  alternative's (an alternative the noise does not cover, e.g. non_private for the token mechanisms:
+  its bet alone). Mechanisms whose internals do
   not carry the noise (``gen_noise.WHITE_BOX_GAPS``) stay black-box, with a note saying why.
   ``decided_by`` says which half carried the verdict.
 * Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (the
