@@ -17,11 +17,16 @@ alternatives noise_tenth + no_noise + non_private, confidence 0.95):
 * sequential: ``gen_sequential.run_gen_sequential`` against targets that follow the design model
   exactly (``DesignModelTarget``: the correct release, noise x 1/4, x 1/10, no noise, non-private),
   ``--reps`` audits each (cap ``--cap``): mean trials to the verdict and the verdicts' counts;
-* white-box (esa only: ``gen_noise.COVERED``): the same targets seen white-box
-  (``gen_noise.ESAWhiteBoxTarget``: esa's own noise and nearest-candidate code on the design model's
-  geometry, 384 noise draws per answer; the non-private release reports no internals), the audit
-  with ``white_box=True``. The token mechanisms' internals carry no noise draw
-  (``gen_noise.WHITE_BOX_GAPS``): their white-box audit is the black-box one.
+* white-box (``gen_noise.COVERED``): the same targets seen white-box, the audit with ``white_box=True``:
+  esa through ``gen_noise.ESAWhiteBoxTarget`` (esa's own noise and nearest-candidate code on the
+  design model's geometry, 384 noise draws per answer); clip_softmax and poe through
+  ``gen_noise_tokens.TokenWhiteBoxTarget`` (the mechanisms' own statistic, Gumbel-argmax and step
+  collector on the design model's decisive token; the non-private release reports no steps). The
+  token mechanisms also at max_tokens 8 ("clip_softmax/8", "poe/8": the claim composed over 8 tokens,
+  so a hotter temperature; 7 more private steps per answer over 20 public candidates with synthetic
+  unit logits, shared N(0, 2^2) + per-unit N(0, 1) per candidate: an assumption standing in for a
+  model's continuation, read step by step by the white-box evidence; their black-box cells use
+  ``DesignModelTarget``, whose law is the same).
 
 Trials = model calls to the target (one answer each). The laws are the design model's (the auditor's
 best case): real models that do not follow the signal query need more.
@@ -44,15 +49,19 @@ from app.audit.gen_plan import smallest_trials  # noqa: E402
 from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design  # noqa: E402
 from app.audit.gen_queries import DEFAULT_SIGNALS, resolve_generation_query  # noqa: E402
 from app.audit.gen_noise import COVERED, ESAWhiteBoxTarget  # noqa: E402
+from app.audit.gen_noise_tokens import TokenWhiteBoxTarget  # noqa: E402
 from app.audit.gen_sequential import DesignModelTarget, run_gen_sequential  # noqa: E402
 
 EX = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(8)]
 CANARY = "zq7 the lighthouse keeper owns eleven violet kites"
 D = 0.5562  # tight-auditing Table 3's distance of the default signal pair
-DESIGNS = {"esa": ({"partitions": 4, "shots_per_partition": 2}, 8),
-           "clip_softmax": ({"prompts": 1, "shots_per_prompt": 8}, 1),
-           "poe": ({"experts": 1, "group_size": 8}, 1),
-           "mozo": ({"experts": 1, "group_size": 8}, 1)}
+# label -> (mechanism, params, max_tokens)
+DESIGNS = {"esa": ("esa", {"partitions": 4, "shots_per_partition": 2}, 8),
+           "clip_softmax": ("clip_softmax", {"prompts": 1, "shots_per_prompt": 8}, 1),
+           "poe": ("poe", {"experts": 1, "group_size": 8}, 1),
+           "mozo": ("mozo", {"experts": 1, "group_size": 8}, 1),
+           "clip_softmax/8": ("clip_softmax", {"prompts": 1, "shots_per_prompt": 8}, 8),
+           "poe/8": ("poe", {"experts": 1, "group_size": 8}, 8)}
 DIMS = 384  # MiniLM: esa's noise draws per answer
 TARGETS = ("claimed", "noise_quarter", "noise_tenth", "no_noise", "non_private")
 
@@ -83,17 +92,21 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=2000)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", help="also write the JSON (with the command) to this path")
+    ap.add_argument("--only", nargs="*", help="these design labels only (default: all)")
     a = ap.parse_args()
     attack = resolve_generation_query("signal_text", Canary("false_fact", CANARY, CANARY), DEFAULT_SIGNALS)
     rows = []
     t0 = time.perf_counter()
-    for mech, (params, tokens) in DESIGNS.items():
+    for label, (mech, params, tokens) in DESIGNS.items():
+        if a.only and label not in a.only:
+            continue
         for eps in (1.0, 2.0):
             def design_of(white_box: bool, dims: int = 0, mech=mech, params=params, tokens=tokens, eps=eps):
                 return generation_design(mech, {"epsilon": eps, "delta": 1e-5, **params}, len(EX), max_tokens=tokens,
                                          white_box=white_box and mech == "esa", distance=D, noise_dims=dims)
             d = design_of(False)
-            row = {"mechanism": mech, "claim": eps, "fixed_black_box": fixed_trials(design_of, eps, ("black-box",))}
+            row = {"mechanism": label, "max_tokens": tokens, "claim": eps,
+                   "fixed_black_box": fixed_trials(design_of, eps, ("black-box",))}
             if mech == "esa":
                 both = ("black-box", "white-box")
                 row["fixed_white_box"] = fixed_trials(design_of, eps, both, DIMS)
@@ -101,7 +114,11 @@ def main() -> None:
             for t in TARGETS:
                 row[t] = _cell(lambda t=t: DesignModelTarget(d, t), d, eps, a.reps, a.cap, attack, False)
             if mech in COVERED:
-                row["white_box"] = {t: _cell(lambda t=t: ESAWhiteBoxTarget(d, t), d, eps, a.reps, a.cap, attack, True)
+                def wb_target(t: str, d=d, mech=mech, tokens=tokens):
+                    if mech == "esa":
+                        return ESAWhiteBoxTarget(d, t)
+                    return TokenWhiteBoxTarget(d, t, extra_steps=tokens - 1)
+                row["white_box"] = {t: _cell(lambda t=t: wb_target(t), d, eps, a.reps, a.cap, attack, True)
                                     for t in TARGETS}
             rows.append(row)
     out = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "reps": a.reps, "cap": a.cap,
@@ -119,8 +136,8 @@ def main() -> None:
         cells = [f"{r[t]['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in r[t].items() if k != "mean_trials")
                  for t in TARGETS]
         print(f"| {r['mechanism']} | {r['claim']:g} | {fixed} | " + " | ".join(cells) + " |")
-    print(f"\nwhite-box (esa seen white-box; the token mechanisms' white-box audit is their black-box one)\n"
-          f"| mechanism | claim | fixed (white-box) | {' | '.join(TARGETS)} |")
+    print(f"\nwhite-box (esa, clip_softmax, poe seen white-box; mozo's white-box audit is its black-box one)\n"
+          f"| mechanism | claim | fixed (white-box; token mechanisms: black-box) | {' | '.join(TARGETS)} |")
     print("|---|---|---|" + "---|" * len(TARGETS))
     for r in rows:
         if "white_box" not in r:
@@ -129,7 +146,8 @@ def main() -> None:
                                                         if k not in ("mean_trials", "decided_by"))
                  + " (" + ", ".join(f"{k} {n}" for k, n in c.get("decided_by", {}).items()) + ")"
                  for c in (r["white_box"][t] for t in TARGETS)]
-        print(f"| {r['mechanism']} | {r['claim']:g} | {r['fixed_white_box']} | " + " | ".join(cells) + " |")
+        print(f"| {r['mechanism']} | {r['claim']:g} | {r.get('fixed_white_box', r['fixed_black_box'])} | "
+              + " | ".join(cells) + " |")
     print(f"\n{a.reps} audits per cell, cap {a.cap}; {out['seconds']} s")
 
 

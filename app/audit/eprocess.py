@@ -17,13 +17,14 @@ of processes that move on disjoint steps (each step's factor has conditional mea
   ``app.audit.power.ALTERNATIVES``, the likelihood ratio of the claimed law over the alternative's
   (a simple null: a martingale under it), or, where the alternative puts no noise on a score that
   the observation shows noisy, an event of probability 0 under it. The same processes read esa's
-  noisy - clean mean embedding, every coordinate one draw (``app.audit.gen_noise``).
+  noisy - clean mean embedding, every coordinate one draw, and, through ``add_log_ratios``, the
+  token mechanisms' released tokens under softmax(scores / f) (``app.audit.gen_noise``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -121,17 +122,18 @@ class NoiseEvidence:
     """White-box e-processes over reported (clean, noisy) score vectors (see the module docstring).
 
     ``claimed``: the claim's noise; ``alternatives``: name -> the alternative's noise (its
-    ``noise_multiplier`` and ``winner_only``). Each update is one answer. Log e-values are capped at
-    700 (an event of probability 0 under the null reaches the cap at once)."""
+    ``noise_multiplier`` and ``winner_only``; None: the observations say nothing about it, it is left to
+    the black-box test: ``covers``). Each update is one answer. Log e-values are capped at 700 (an
+    event of probability 0 under the null reaches the cap at once)."""
 
-    def __init__(self, claimed: VotingNoise, alternatives: dict[str, VotingNoise]) -> None:
+    def __init__(self, claimed: VotingNoise, alternatives: Mapping[str, VotingNoise | None]) -> None:
         if claimed.kind not in _LAWS:
             raise ValueError(f"unknown noise {claimed.kind!r}")
         self.kind, self.scale = claimed.kind, float(claimed.scale)
         self.alternatives = alternatives
         self.log_down = np.zeros(len(SCALE_DOWN))  # one likelihood ratio per scaled-down noise
         self.impossible: list[str] = []  # findings of probability 0 under the claim
-        self.log_alt = {name: 0.0 for name in alternatives}
+        self.log_alt = {name: 0.0 for name, alt in alternatives.items() if alt is not None}
 
     def update(self, clean: Sequence[float] | np.ndarray, noisy: Sequence[float] | np.ndarray,
                released: int | None) -> None:
@@ -150,18 +152,32 @@ class NoiseEvidence:
                       "labels or coordinates (e.g. winner-only) or everywhere")
         z = r[~zero] / self.scale
         base = _logpdf(self.kind, z, 1.0)  # the claimed law's log density of each noisy score
-        for i, m in enumerate(SCALE_DOWN):
-            self.log_down[i] = min(INF_LOG, self.log_down[i] + float(np.sum(_logpdf(self.kind, z, m) - base)))
+        down = [float(np.sum(_logpdf(self.kind, z, m) - base)) for m in SCALE_DOWN]
+        alts: dict[str, float] = {}
         for name, alt in self.alternatives.items():
+            if alt is None:
+                continue
             m = float(alt.noise_multiplier)
             if m == 0.0 or alt.winner_only:
                 # the alternative noises no score (or only the winner's): more noisy scores than that have
                 # probability 0 under it
                 if z.size >= (2 if alt.winner_only else 1):
-                    self.log_alt[name] = INF_LOG
+                    alts[name] = INF_LOG
             elif m != 1.0:
-                lr = float(np.sum(base - _logpdf(self.kind, z, m)))
-                self.log_alt[name] = min(INF_LOG, self.log_alt[name] + lr)
+                alts[name] = float(np.sum(base - _logpdf(self.kind, z, m)))
+        self.add_log_ratios(down, alts)
+
+    def add_log_ratios(self, down: Sequence[float], alternatives: dict[str, float]) -> None:
+        """One observation's log likelihood ratios, however computed (residual densities here, a released
+        token's probabilities in ``app.audit.gen_noise``): ``down[i]`` = log p_{SCALE_DOWN[i]} - log p_claimed
+        (against the claim), ``alternatives[name]`` = log p_claimed - log p_name (INF_LOG: probability 0
+        under that alternative). Each factor has conditional mean 1 under its null, so the running
+        products stay test martingales (González et al. Section 3)."""
+        for i, lr in enumerate(down):
+            self.log_down[i] = min(INF_LOG, self.log_down[i] + float(lr))
+        for name, lr in alternatives.items():
+            if name in self.log_alt:
+                self.log_alt[name] = min(INF_LOG, self.log_alt[name] + float(lr))
 
     def flag(self, finding: str) -> None:
         """Record an observation of probability 0 under the claim (the violation e-value jumps to the
@@ -181,6 +197,10 @@ class NoiseEvidence:
     @property
     def e(self) -> float:
         return self.e_violation
+
+    def covers(self, name: str) -> bool:
+        """Whether the white-box evidence tests alternative ``name`` (else its e-value is the black-box one)."""
+        return name in self.log_alt
 
     def e_alternative(self, name: str) -> float:
         return math.exp(self.log_alt[name])

@@ -20,13 +20,29 @@ Privacy", NeurIPS 2025, Section 3: e-values, test supermartingales, Ville's ineq
   monotone), or a nonzero residual where a adds none. Algorithm 3 line 11 releases the zero-shot
   candidate nearest the noisy mean: a released text that is not (``GenerationObservation.nearest``,
   in the auditor's embedding beyond float tolerance) has probability 0 under the claim too.
-* not covered (``WHITE_BOX_GAPS``: black-box only, said in the verdict's notes): the token
-  mechanisms and ksa, see there.
+* ``clip_softmax`` (ICLInf App. C, Algorithm 1) and ``poe`` decoding (PoEtry Eq. 3 + exponential
+  mechanism), in this process only: every private step releases x_t = argmax(a_t + Gumbel), i.e.
+  x_t ~ softmax(a_t), a_t = statistic_t / temperature (the mean clipped logits l(Z) over tau; the
+  summed clipped log-probabilities U times lam), -inf outside the public candidate set. The
+  mechanism's chooser hands (statistic_t, x_t) to ``app.mechanisms.step_trace``'s collector, which
+  ``GenerationMechanismTarget`` sets around its own call (never in the internals or any response).
+  The claim's scores are statistic_t / tau_claim (``GenerationDesign.scale``: tau, or 1/lam, of the
+  mechanism's own ``configure``), so P_1(x) = softmax(a_t)(x); alternative "noise x f" samples from
+  softmax(a_t / f), ``no_noise`` is the argmax (either tie-break). Per step: (a) against the claim
+  the factors P_f(x_t) / P_1(x_t), f = 1/2, 1/4, 1/10 (each conditional mean 1 given the past under
+  the claim: a test martingale per f, their mean one too), and a released token of claimed
+  probability 0 (outside the candidates): a violation; (b) against "noise x f": P_1(x_t) / P_f(x_t);
+  against ``no_noise``: a released token that is not an argmax of a_t (probability 0 under either
+  tie-break; an argmax leaves it at 1). ``non_private`` (the full-context model) is no function of
+  a_t: black-box only. What is assumed: the target's clean statistic is its own (trusted, as the
+  classification white-box trusts the clean votes); the evidence tests the sampling step. A remote
+  target's internals carry no statistic: black-box (``REMOTE_TOKEN_GAP``).
+* not covered (``WHITE_BOX_GAPS``: black-box only, said in the verdict's notes): mozo and ksa, see there.
 
 The noise evidence tests the claimed *mechanism* (its noise at the calibrated scale), as the
 classification audit's white-box half does; the black-box half tests the claimed (epsilon, delta)
 for any mechanism. The violation e-value averages them (weights 1/2), each alternative's e-value
-averages its two halves.
+averages its two halves (an alternative the noise says nothing about: its black-box e-value).
 """
 
 from __future__ import annotations
@@ -36,20 +52,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import logsumexp
 
-from app.audit.eprocess import NoiseEvidence
+from app.audit.eprocess import INF_LOG, SCALE_DOWN, NoiseEvidence
 from app.audit.gen_power import GEN_ALTERNATIVES, GenerationDesign, alternative_release
 from app.audit.noise import VotingNoise
 
-COVERED = ("esa",)
-_TOKEN_GAP = ("per step its internals carry the released token, its log-probability under the mechanism's own "
-              "sampling law and the largest probability, not the clean score vector nor the Gumbel draw, so the "
-              "likelihood of a step under a rescaled temperature cannot be computed (the scores would add "
-              "private-derived data to internals, which the white-box report does not carry)")
+TOKEN = ("clip_softmax", "poe")  # white-box through the in-process step trace (``app.mechanisms.step_trace``)
+COVERED = ("esa", *TOKEN)
+REMOTE_TOKEN_GAP = ("a remote target's internals carry per step only the released token, its log-probability and "
+                    "the largest probability, not the exemplar-derived score vector (which only an in-process "
+                    "target hands to the auditor): the likelihood of a step under a rescaled temperature cannot be "
+                    "computed")
 WHITE_BOX_GAPS: dict[str, str] = {
-    "clip_softmax": _TOKEN_GAP,
-    "poe": _TOKEN_GAP,
-    "mozo": _TOKEN_GAP,
+    "mozo": ("its step mixes the experts' distributions with a public base at a data-dependent lambda (not a "
+             "Gumbel-argmax over one score vector): not modelled white-box yet"),
     "ksa": ("its internals carry the gap scores with their Gumbel-noised copy and the PTR statistic, but its "
             "alternatives rescale two noises at once (the exponential mechanism's Gumbel and PTR's Gaussian with "
             "its threshold offset) and the released text is a greedy generation from the keywords: not modelled "
@@ -59,8 +76,15 @@ NOT_NEAREST = ("a released text is not the zero-shot candidate nearest the repor
                "nearest: tight-auditing Algorithm 3 line 11)")
 
 
-def white_box_gap(mechanism: str) -> str | None:
-    """Why a white-box sequential audit of ``mechanism`` reads no noise (None: it does)."""
+OUTSIDE = ("a released token has probability 0 under the claimed step law (outside the public candidate set: "
+           "-inf score)")
+
+
+def white_box_gap(mechanism: str, remote: bool = False) -> str | None:
+    """Why a white-box sequential audit of ``mechanism`` reads no noise (None: it does); ``remote``:
+    a gateway target (the token mechanisms' statistic never leaves the process)."""
+    if mechanism in TOKEN and remote:
+        return REMOTE_TOKEN_GAP
     if mechanism in COVERED:
         return None
     return WHITE_BOX_GAPS.get(mechanism, f"{mechanism} reports no noisy statistic")
@@ -68,22 +92,31 @@ def white_box_gap(mechanism: str) -> str | None:
 
 def white_box_evidence(design: GenerationDesign | None, alternatives: Sequence[str], claimed_epsilon: float,
                        delta: float) -> NoiseEvidence | None:
-    """NoiseEvidence over the claimed noise of ``design`` (esa: N(0, sigma^2) per coordinate) and each
-    alternative's (its multiplier of gen_power.GEN_ALTERNATIVES; non_private: no noise), or None where
-    the design's mechanism is not covered."""
+    """NoiseEvidence over the claimed noise of ``design`` (esa: N(0, sigma^2) per coordinate; the token
+    mechanisms: Gumbel on the scores at the claimed temperature) and each alternative's (its multiplier
+    of gen_power.GEN_ALTERNATIVES; non_private: no noise for esa, not testable from the token
+    statistic: None), or None where the design's mechanism is not covered."""
     if design is None or design.mechanism not in COVERED:
         return None
-    claimed = VotingNoise("gaussian", float(design.scale), float(claimed_epsilon), float(delta))
-    alts = {}
+    kind = "gumbel" if design.mechanism in TOKEN else "gaussian"
+    claimed = VotingNoise(kind, float(design.scale), float(claimed_epsilon), float(delta))
+    alts: dict[str, VotingNoise | None] = {}
     for name in alternatives:
         f = GEN_ALTERNATIVES[name]
-        alts[name] = VotingNoise("gaussian", float(design.scale), float(claimed_epsilon), float(delta),
-                                 noise_multiplier=0.0 if f is None else float(f))
+        alts[name] = (None if f is None and kind == "gumbel" else
+                      VotingNoise(kind, float(design.scale), float(claimed_epsilon), float(delta),
+                                  noise_multiplier=0.0 if f is None else float(f)))
     return NoiseEvidence(claimed, alts)
 
 
 def observe_noise(ev: NoiseEvidence, obs: Any) -> bool:
-    """Feed one answer's reported vectors to ``ev``; True where the answer carried them."""
+    """Feed one answer's reported vectors (esa) or token steps (clip_softmax, poe) to ``ev``; True
+    where the answer carried them."""
+    steps = getattr(obs, "token_steps", None)
+    if steps is not None and ev.kind == "gumbel":
+        for values, pos in steps:
+            observe_token(ev, values, pos)
+        return True
     clean, noisy = getattr(obs, "clean_vector", None), getattr(obs, "noisy_vector", None)
     if clean is None or noisy is None:
         return False
@@ -93,10 +126,49 @@ def observe_noise(ev: NoiseEvidence, obs: Any) -> bool:
     return True
 
 
+def compact_step(statistic: np.ndarray, token: int) -> tuple[np.ndarray, int]:
+    """A step's statistic over its candidates (the finite entries) and the released token's position
+    among them (-1: the token has a -inf score, or is no token of the vocabulary)."""
+    s = np.asarray(statistic, dtype=float).ravel()
+    finite = np.isfinite(s)
+    if not 0 <= int(token) < s.size or not finite[int(token)]:
+        return s[finite], -1
+    return s[finite], int(np.count_nonzero(finite[:int(token)]))
+
+
+def observe_token(ev: NoiseEvidence, values: np.ndarray, pos: int) -> None:
+    """One private step: the claim's scores a = statistic / tau_claim (``ev.scale``), the released
+    candidate ``pos``; the factors of the module docstring through ``NoiseEvidence.add_log_ratios``."""
+    if pos < 0:
+        ev.flag(OUTSIDE)
+        return
+    a = np.asarray(values, dtype=float) / ev.scale
+
+    def log_p(f: float) -> float:  # log softmax(a / f)(x_t): the step law at temperature x f
+        return float(a[pos] / f - logsumexp(a / f))
+    base = log_p(1.0)
+    down = [log_p(f) - base for f in SCALE_DOWN]
+    alts: dict[str, float] = {}
+    top = float(np.max(a))
+    for name, alt in ev.alternatives.items():
+        if alt is None or float(alt.noise_multiplier) == 1.0:
+            continue
+        m = float(alt.noise_multiplier)
+        if m == 0.0:  # the argmax, either tie-break: a non-argmax release has probability 0 there
+            alts[name] = 0.0 if a[pos] >= top - 1e-9 * max(1.0, abs(top)) else INF_LOG
+        else:
+            alts[name] = base - log_p(m)
+    ev.add_log_ratios(down, alts)
+
+
 def noise_finding(ev: NoiseEvidence) -> str:
     """What the noise evidence against the claim found, for a verdict's reason."""
     if ev.impossible:
         return "; ".join(ev.impossible)
+    if ev.kind == "gumbel":
+        return (f"the released tokens are likelier at a lower temperature than the claimed {ev.scale:.4g} (mixture "
+                f"of likelihood ratios of the step laws at temperature x 1/2, 1/4, 1/10 over the claimed: "
+                f"{ev.e_violation:.3g})")
     return (f"the reported noise is smaller than the claimed sigma {ev.scale:.4g} (mixture of likelihood ratios of "
             f"the noise at sigma x 1/2, 1/4, 1/10 over the claimed: {ev.e_violation:.3g})")
 
@@ -160,5 +232,5 @@ class ESAWhiteBoxTarget:
                                      nearest=True)
 
 
-__all__ = ["COVERED", "ESAWhiteBoxTarget", "NOT_NEAREST", "WHITE_BOX_GAPS", "noise_finding", "observe_noise",
-           "white_box_evidence", "white_box_gap"]
+__all__ = ["COVERED", "ESAWhiteBoxTarget", "NOT_NEAREST", "OUTSIDE", "REMOTE_TOKEN_GAP", "TOKEN", "WHITE_BOX_GAPS",
+           "compact_step", "noise_finding", "observe_noise", "observe_token", "white_box_evidence", "white_box_gap"]

@@ -30,11 +30,15 @@ stopping time, and the audit may look after every batch.
   ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
   pass says the target is not the alternative *as that model predicts it*.
 * White-box (``white_box=True`` and a target that reports its clean and noisy statistic: esa's
-  clean and noisy mean, in-process or a gateway's internals): ``app.audit.gen_noise`` reads the noise
+  clean and noisy mean, in-process or a gateway's internals; in-process clip_softmax and poe: each
+  private step's clean statistic through ``app.mechanisms.step_trace``, the target's
+  ``trace_token_steps`` turned on for the audit only): ``app.audit.gen_noise`` reads the noise
   with ``eprocess.NoiseEvidence``. The violation e-value is then 1/2 the black-box mixture above + 1/2
   the noise's (scaled-down likelihood ratios, events of probability 0: a zero residual, a release
-  that is not the candidate nearest the noisy mean); each alternative's e-value is 1/2 its bet + 1/2
-  the likelihood ratio of the claimed noise over the alternative's. Mechanisms whose internals do
+  that is not the candidate nearest the noisy mean, a token outside the candidates); each
+  alternative's e-value is 1/2 its bet + 1/2 the likelihood ratio of the claimed noise over the
+  alternative's (an alternative the noise does not cover, e.g. non_private for the token mechanisms:
+  its bet alone). Mechanisms whose internals do
   not carry the noise (``gen_noise.WHITE_BOX_GAPS``) stay black-box, with a note saying why.
   ``decided_by`` says which half carried the verdict.
 * Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (the
@@ -57,7 +61,7 @@ from app.audit.gen_noise import noise_finding, observe_noise, white_box_evidence
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
-from app.audit.eprocess import max_both_right, max_pair_accuracy, toward
+from app.audit.eprocess import NoiseEvidence, max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
 
 ASSUMED_NOTE = ("the alternatives' release probabilities are gen_power's design model, not observed: " + GEN_MODEL_NOTE
@@ -123,6 +127,34 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
     t0 = time.perf_counter()
     report = progress or (lambda _f, _m: None)
     ex = [exemplar_tuple(e) for e in exemplars]
+    notes: list[str] = []
+    if design is None:
+        notes.append("no design model for this target" + (f" ({no_model})" if no_model else "")
+                     + ": no alternative can be rejected, so no pass")
+    elif alternatives:
+        notes.append(ASSUMED_NOTE)
+    noise = white_box_evidence(design, alternatives, claimed_epsilon, delta) if white_box else None
+    trace = getattr(target, "trace_token_steps", None)  # in-process token targets: app.mechanisms.step_trace
+    if noise is not None and noise.kind == "gumbel" and not callable(trace):
+        mech = design.mechanism if design is not None else ""
+        noise = None  # a remote (or any other) target offers no token statistic
+        notes.append(f"white-box: {mech} is audited black-box only: {white_box_gap(mech, remote=True)}")
+    elif white_box and design is not None and noise is None:
+        notes.append(f"white-box: {design.mechanism} is audited black-box only: {white_box_gap(design.mechanism)}")
+    if noise is not None and noise.kind == "gumbel" and callable(trace):
+        trace(True)
+    try:
+        return _run(target, ex, attack, rng, claimed_epsilon, delta, design, alternatives, alpha, cap, batch_pairs,
+                    no_model, report, notes, noise, t0)
+    finally:
+        if noise is not None and noise.kind == "gumbel" and callable(trace):
+            trace(False)
+
+
+def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Generator, claimed_epsilon: float,
+         delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float, cap: int,
+         batch_pairs: int, no_model: str | None, report: Progress, notes: list[str], noise: NoiseEvidence | None,
+         t0: float) -> GenSequentialResult:
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
     y1 = attack.labels[0]
     p0 = max_pair_accuracy(claimed_epsilon, delta)
@@ -130,23 +162,15 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
     acc, both = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
     c2 = max_both_right(claimed_epsilon, delta)
     alts = [] if design is None else [GenAlternative(a, design) for a in alternatives]
-    notes: list[str] = []
-    if design is None:
-        notes.append("no design model for this target" + (f" ({no_model})" if no_model else "")
-                     + ": no alternative can be rejected, so no pass")
-    elif alts:
-        notes.append(ASSUMED_NOTE)
-    noise = white_box_evidence(design, alternatives, claimed_epsilon, delta) if white_box else None
-    if white_box and design is not None and noise is None:
-        notes.append(f"white-box: {design.mechanism} is audited black-box only: {white_box_gap(design.mechanism)}")
     read = 0  # answers whose noise was read
 
     def e_violation() -> float:
         black = 0.5 * (acc.e + both.e)
         return black if noise is None else 0.5 * black + 0.5 * noise.e_violation
 
-    def e_alts() -> dict[str, float]:
-        return {a.name: a.e if noise is None else 0.5 * (a.e + noise.e_alternative(a.name)) for a in alts}
+    def e_alts() -> dict[str, float]:  # an alternative the noise does not cover: its black-box e-value
+        return {a.name: 0.5 * (a.e + noise.e_alternative(a.name)) if noise is not None and noise.covers(a.name)
+                else a.e for a in alts}
     threshold = 1.0 / alpha
     trials = pairs = 0
     correct = 0.0
@@ -185,15 +209,15 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
             break
         if alts and all(v >= threshold for v in ea.values()):
             verdict = "pass"
-            halves = {"white-box" if noise is not None and noise.e_alternative(a.name) >= a.e else "black-box"
-                      for a in alts}
+            halves = {"white-box" if noise is not None and noise.covers(a.name) and noise.e_alternative(a.name) >= a.e
+                      else "black-box" for a in alts}
             decided_by = " and ".join(sorted(halves, reverse=True))
             reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
                       f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
                       + (" (release laws of gen_power's design model, the auditor's best case)"
                          if "black-box" in halves else "")
-                      + (" (white-box: the reported noise's likelihood under the claimed sigma over the "
-                         "alternatives')" if "white-box" in halves else ""))
+                      + (" (white-box: the likelihood of the reported noise, or released tokens, under the claimed "
+                         "scale over the alternatives')" if "white-box" in halves else ""))
             break
     ea = e_alts()
     if verdict == "inconclusive":
@@ -203,14 +227,15 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
                   + " not rejected: not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
     if noise is not None and not read:
-        notes.append("white-box: the target reported no clean and noisy mean (internals missing): black-box only")
+        notes.append("white-box: the target reported no clean and noisy statistic (internals missing): black-box only")
     if noise is not None and noise.impossible:
         notes.append("white-box: " + "; ".join(noise.impossible))
     report(1.0, "sequential audit done")
     half = max(1, pairs)
     comps = {"accuracy": acc.e, "both_right": both.e, **({"noise": noise.e_violation} if noise is not None else {})}
     wb: dict[str, Any] = {} if noise is None else {
-        "noise": "gaussian", "sigma": float(noise.scale), "answers_read": read, "e_violation": noise.e_violation,
+        "noise": noise.kind, ("sigma" if noise.kind == "gaussian" else "temperature"): float(noise.scale),
+        "answers_read": read, "e_violation": noise.e_violation,
         "e_alternatives": {n: noise.e_alternative(n) for n in noise.log_alt}, "impossible": list(noise.impossible)}
     return GenSequentialResult(
         verdict, reason, trials, pairs, alpha, e_violation(), comps, ea,

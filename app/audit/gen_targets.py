@@ -1,7 +1,8 @@
 """Generation targets: the same campaign code (``app.audit.campaign``) against text answers.
 
 * :class:`GenerationMechanismTarget`: an ``app.mechanisms.generation`` mechanism run
-  here (white-box for ``esa``: the noisy mean embedding is observable).
+  here (white-box for ``esa``: the noisy mean embedding is observable; for ``clip_softmax`` and
+  ``poe`` in a white-box sequential audit: each step's clean statistic, ``trace_token_steps``).
 * :class:`RemoteGenerationTarget`: a dpicl gateway, ``POST /v1/datasets`` (task
   generation) then ``POST /v1/private/generate`` (white-box with the 'internals' scope).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +50,10 @@ class GenerationObservation(Observation):
     # white-box: the released text is the reported candidate nearest the noisy mean (ESA, Algorithm 3 line 11) in
     # the auditor's embedding; None: not checked (no candidates or no noisy mean reported)
     nearest: bool | None = None
+    # white-box, in-process token mechanisms only (``app.mechanisms.step_trace``): per private step the
+    # clean statistic over the candidates and the released token's position among them
+    # (``gen_noise.compact_step``); exemplar-derived: never serialised, never in a trial row
+    token_steps: tuple[tuple[np.ndarray, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,7 @@ class GenerationMechanismTarget:
         self.max_tokens = int(max_tokens)
         self.decider = decider or SignalDecider(embedder)
         self.white_box = self.mechanism.name == "esa"
+        self.tracing = False  # token mechanisms: collect each step's statistic (a white-box sequential audit)
         self.defence = parse_defence(defence)
         self.name = f"in-process:{self.mechanism.name}" + ("" if self.defence == "none" else f"+{self.defence}")
         self.calls = 0
@@ -224,6 +230,14 @@ class GenerationMechanismTarget:
             delta=pp.get("delta", 1e-5), adjacency=pp.get("adjacency", "replace-one"), max_tokens=self.max_tokens,
             template=self.prompt_template(attack), params=self.mech_params)
 
+    def trace_token_steps(self, on: bool) -> None:
+        """Hand each private step's statistic to the audit (``gen_sequential`` for a white-box audit of a
+        token mechanism): ``app.mechanisms.step_trace``'s collector, set around this target's own
+        mechanism call only; the result, its internals and the trial rows stay as they are."""
+        from app.audit.gen_noise import TOKEN
+
+        self.tracing = bool(on) and self.mechanism.name in TOKEN
+
     def _run(self, context: Sequence[Exemplar], attack: GenerationAttack,
              rng: np.random.Generator) -> GenerationResult:
         from app.mechanisms.generation import generate
@@ -231,12 +245,25 @@ class GenerationMechanismTarget:
         self.calls += 1
         return generate(self.mechanism.name, self.request(context, attack), self.lm, self.embedder, rng)
 
+    def _traced(self, context: Sequence[Exemplar], attack: GenerationAttack,
+                rng: np.random.Generator) -> tuple[GenerationResult, tuple[tuple[np.ndarray, int], ...] | None]:
+        if not self.tracing:
+            return self._run(context, attack, rng), None
+        from app.audit.gen_noise import compact_step
+        from app.mechanisms import step_trace
+
+        with step_trace.collect() as steps:
+            res = self._run(context, attack, rng)
+        return res, tuple(compact_step(st.statistic, st.token) for st in steps)
+
     def observe(self, context: Sequence[Exemplar], attack: GenerationAttack,
                 rng: np.random.Generator) -> GenerationObservation:
-        res = self._run(context, attack, rng)
+        res, steps = self._traced(context, attack, rng)
         obs = self.decider.observe(res.text, res.internals.get("noisy_mean"), attack,
                                    res.privacy.get("epsilon"), res.privacy.get("delta"), res.internals.get("clean_mean"),
                                    res.internals.get("candidates"), res.internals.get("candidate_distances"))
+        if steps is not None:
+            obs = replace(obs, token_steps=steps)
         if self.defence == "L3" and self._judge(context, attack, res.text):
             self.refusals += 1
             # The refusal says nothing: decided "not a member"; white-box internals unchanged.

@@ -44,6 +44,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from app.mechanisms import sensitivity as sens
+from app.mechanisms import step_trace
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.gen_common import (
     GenerationRequest,
@@ -132,10 +133,14 @@ def public_top_k_param(p: Params, default: int | None) -> int | None:
     return k or None
 
 
-def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int | None, eos: Any) -> Any:
+def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int | None, eos: Any,
+                    temperature: float | None = None) -> Any:
     """The per-step choice of a token-level mechanism: Gumbel-max over ``score_fn(private logits)``,
     restricted to the public top-k (+ EOS) when ``public_top_k`` is set. The candidate set is
-    computed from the public row alone; the private rows never enter it."""
+    computed from the public row alone; the private rows never enter it. ``temperature``: the scale
+    the scores are the clean statistic over (score_fn = statistic / temperature); given, each step
+    goes to an in-process white-box audit's collector where one is set (``step_trace``: never into
+    the internals)."""
 
     def choose(logits: np.ndarray, public_logits: np.ndarray | None = None) -> tuple[int, dict[str, Any]]:
         cand = None
@@ -145,6 +150,8 @@ def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int |
             cand = public_candidates(public_logits, public_top_k, sorted(eos))
         a = restrict(score_fn(logits), cand)
         tok = gumbel_argmax(a, rng)
+        if temperature is not None:
+            step_trace.record(a, temperature, tok)
         norm = float(logsumexp(a))
         info = {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(np.max(a) - norm))}
         if cand is not None:
@@ -155,12 +162,14 @@ def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int |
 
 
 def decode_units(req: GenerationRequest, lm: LanguageModel, units: Sequence[Sequence[int]], score_fn: Any,
-                 rng: np.random.Generator, public_top_k: int | None, reencode: bool) -> DecodeOutcome:
+                 rng: np.random.Generator, public_top_k: int | None, reencode: bool,
+                 temperature: float | None = None) -> DecodeOutcome:
     """The decoding of clip_softmax and poe: one prompt per unit of exemplars, each step's token drawn by
     :func:`private_chooser` over ``score_fn`` of the prompts' logits, beside the public zero-shot row
-    when ``public_top_k`` is set."""
+    when ``public_top_k`` is set; ``temperature``: the sampling temperature an audit's step trace
+    records (step_trace.py; None: no trace)."""
     prompts = [build_prompt(lm, req.template, [req.exemplars[i] for i in u], req.query) for u in units]
-    choose = private_chooser(score_fn, rng, public_top_k, eos_ids(lm))
+    choose = private_chooser(score_fn, rng, public_top_k, eos_ids(lm), temperature)
     public = build_prompt(lm, req.template, [], req.query) if public_top_k is not None else None
     return decode(lm, prompts, choose, req.max_tokens, stops=stop_strings(lm), reencode=reencode, public_prompt=public)
 
@@ -307,7 +316,7 @@ def run(
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.prompts, cfg.shots_per_prompt, g)
     out = decode_units(req, lm, units, lambda z: step_scores(z, cfg.clip, cfg.temperature), g, cfg.public_top_k,
-                       reencode)
+                       reencode, temperature=cfg.temperature)
     internals = {
         **public_internals(cfg.public_top_k),
         "partitions": units,

@@ -233,7 +233,8 @@ def run(
     g = resolve_rng(rng)
     units = partition(len(req.exemplars), cfg.experts, cfg.group_size, g)
     lam = cfg.inverse_temperature
-    out = decode_units(req, lm, units, lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, reencode)
+    out = decode_units(req, lm, units, lambda z: step_scores(z, cfg.clip, lam), g, cfg.public_top_k, reencode,
+                       temperature=1.0 / lam)
     internals = {**public_internals(cfg.public_top_k), "experts": units, "steps": out.steps}
     return GenerationResult(clean_answer(out.text), NAME, privacy(cfg, req), internals, out.finish_reason,
                             len(out.token_ids))

@@ -119,3 +119,26 @@ def test_remote_gateway_sequential_generation(live_server, embedder, white_box):
     else:
         assert r.trials == 4 and r.verdict in ("pass", "inconclusive")
     assert r.laws["non_private"] == {"positive": [1.0, 0.0]} and r.vote_model == "assumed"
+
+
+def test_clip_softmax_sequential_job_reads_the_token_steps_in_process(client):
+    """The real clip_softmax on the bundled SmolLM2 (2 prompts x 1 shot, public top-20, 6 tokens, claim
+    epsilon 2), alternatives noise_tenth + no_noise, threat_model "both": the audit reads each private
+    step's clean statistic through the in-process collector (``app.mechanisms.step_trace``) and passes
+    on it within a few trials (a greedy release would need every step at its argmax; the claimed
+    temperature's steps are not); nothing of the statistic reaches the stored result."""
+    import json
+
+    target = {"type": "mechanism", "mechanism": "clip_softmax",
+              "params": {"epsilon": 2.0, "delta": 1e-5, "prompts": 2, "shots_per_prompt": 1}}
+    job = submit(client, "canary_mia", {**SEQ, "target": target, "trials": 40, "threat_model": "both",
+                                        "power": {"alternatives": ["noise_tenth", "no_noise"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    seq = j["result"]["sequential"]
+    wb = seq["white_box"]
+    print("clip_softmax sequential:", j["verdict"], seq["trials"], seq["e_alternatives"], wb, f"{seq['seconds']:.1f}s")
+    assert wb["noise"] == "gumbel" and wb["answers_read"] == seq["trials"] and wb["impossible"] == []
+    assert set(wb["e_alternatives"]) == {"noise_tenth", "no_noise"} and wb["e_alternatives"]["no_noise"] >= 20
+    assert j["verdict"] == "pass" and "white-box" in seq["decided_by"] and seq["trials"] <= 10, j["verdict_reason"]
+    assert "statistic" not in json.dumps(j["result"]) and "token_steps" not in json.dumps(j["result"])
