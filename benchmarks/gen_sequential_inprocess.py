@@ -121,7 +121,8 @@ def fixed_audit(target: Any, claimed_target: Any, eps: float, trials: int, threa
     out["power"] = assess_generation_power(res, claimed_target, len(EX), eps,
                                            required=DEFAULT_GEN_REQUIRED).to_dict()
     verdict = CanaryMIAKind().verdict(out, eps, None)
-    return {"run": True, "verdict": str(verdict), "model_calls": target.calls - calls0,
+    bb = res.estimates["black-box"]
+    return {"run": True, "black_box_counts": {"tp": bb.tp, "fn": bb.fn, "fp": bb.fp, "tn": bb.tn}, "verdict": str(verdict), "model_calls": target.calls - calls0,
             "seconds": round(time.perf_counter() - t0, 1), "threat_models": list(res.estimates),
             "epsilon_lower": round(float(res.epsilon), 4), "reason": out.get("verdict_reason", "")}
 
