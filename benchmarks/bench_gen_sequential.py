@@ -4,6 +4,11 @@
     PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 50 --json
     PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 200 --json \
         --out benchmarks/results/issue28/gen_sequential_whitebox.json
+    PYTHONPATH=. python benchmarks/bench_gen_sequential.py --inprocess --cap 100 --fixed-max 80 \
+        --out benchmarks/results/issue28/gen_sequential_inprocess.json
+
+``--inprocess``: the same comparison on the bundled SmolLM2 + MiniLM (real esa and mozo in this process,
+correct, broken and full-context targets; one audit each): ``benchmarks/gen_sequential_inprocess.py``.
 
 For each mechanism gen_power models (esa: 4 partitions x 2 shots, max_tokens 8; clip_softmax, poe,
 mozo: one unit of 8 shots, max_tokens 1) and claimed epsilon 1 and 2 (8 exemplars, D = 0.5562,
@@ -89,11 +94,20 @@ def _cell(make_target, d, eps: float, reps: int, cap: int, attack, white_box: bo
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--cap", type=int, default=2000)
+    ap.add_argument("--cap", type=int, help="sequential cap (trials): default 2000, --inprocess 50")
+    ap.add_argument("--inprocess", action="store_true", help="real esa and mozo on the bundled SmolLM2 + MiniLM")
+    ap.add_argument("--fixed-max", type=int, default=30, help="--inprocess: run the fixed audit where the planner's "
+                    "count is at most this")
+    ap.add_argument("--seed", type=int, default=28, help="--inprocess: every audit's seed")
+    ap.add_argument("--mechanisms", default="esa,mozo", help="--inprocess: comma-separated")
+    ap.add_argument("--targets", default="correct,broken,full_context", help="--inprocess: comma-separated")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", help="also write the JSON (with the command) to this path")
     ap.add_argument("--only", nargs="*", help="these design labels only (default: all)")
     a = ap.parse_args()
+    if a.inprocess:
+        return _inprocess(a)
+    a.cap = 2000 if a.cap is None else a.cap
     attack = resolve_generation_query("signal_text", Canary("false_fact", CANARY, CANARY), DEFAULT_SIGNALS)
     rows = []
     t0 = time.perf_counter()
@@ -149,6 +163,24 @@ def main() -> None:
         print(f"| {r['mechanism']} | {r['claim']:g} | {r.get('fixed_white_box', r['fixed_black_box'])} | "
               + " | ".join(cells) + " |")
     print(f"\n{a.reps} audits per cell, cap {a.cap}; {out['seconds']} s")
+
+
+def _inprocess(a: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from benchmarks.gen_sequential_inprocess import inprocess, load_models, table
+
+    t0 = time.perf_counter()
+    lm, emb = load_models()
+    res = inprocess(lm, emb, mechanisms=a.mechanisms.split(","), targets=a.targets.split(","),
+                    cap=50 if a.cap is None else a.cap, fixed_max=a.fixed_max, seed=a.seed,
+                    log=lambda m: print(f"[{time.perf_counter() - t0:6.0f} s] {m}", file=sys.stderr, flush=True))
+    out = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "seconds": round(time.perf_counter() - t0, 1),
+           "single_draws": "one audit per cell with a fixed seed: each count is one draw", **res}
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1) if a.json else table(out) + f"\n\n{out['seconds']} s")
 
 
 if __name__ == "__main__":
