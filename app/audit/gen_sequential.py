@@ -50,6 +50,7 @@ Bets: ``sequential.BettingEProcess`` (online Newton step on the betting fraction
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,18 @@ from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
 from app.audit.eprocess import NoiseEvidence, max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
+
+# A black-box pass rests on the design model (the alternatives' release laws are its predictions). It
+# is allowed only after a test of the claimed law itself has had the trials to see a deviation of
+# MODEL_CHECK_DELTA in either share of y1 (with / without the canary) and has not: on SmolLM2 the
+# release is y1 without the canary 40-100% of the time, which the design model's alternatives call
+# (nearly) impossible, and a broken target passed in 6-10 calls (benchmarks/gen_sequential_inprocess.py).
+MODEL_CHECK_DELTA = 0.25
+Z_BLOCK = 2.0  # and not while a share of y1 lies more than this many standard errors from the claimed law's
+# The violation e-value's weights: the guess "y1 released: canary in" and its mirror "y0 released:
+# canary in" (DP bounds both events of a neighbouring pair; a release that separates the contexts the
+# other way round is as much a violation: esa's greedy full_context on SmolLM2 does exactly that).
+GUESS_WEIGHT, MIRROR_WEIGHT = 0.4, 0.1
 
 ASSUMED_NOTE = ("the alternatives' release probabilities are gen_power's design model, not observed: " + GEN_MODEL_NOTE
                 + "; a pass says the target is not the alternative as that model predicts it")
@@ -102,6 +115,49 @@ class GenAlternative:
     @property
     def e(self) -> float:
         return min(p.e for p in self.procs.values())
+
+
+class DesignModelCheck:
+    """A two-sided test of "the target releases y1 with the claimed law's probability mu_c(h)" on the
+    trials of each hypothesis h (canary in / out): four one-sided betting e-processes (up and down,
+    per h), averaged: a test supermartingale when the target follows the design model's claimed law.
+    Refuted (>= 1/alpha) once, it stays refuted: no black-box pass after that; nor while ``fits`` says
+    a share lies more than Z_BLOCK standard errors from the claimed law's (a betting test needs more
+    pairs than ``pairs_needed`` to refute a shift it will refute; an unlucky start slows it more)."""
+
+    def __init__(self, design: GenerationDesign) -> None:
+        self.law = alternative_release(design, "claimed")
+        self.procs = {(h, side): BettingEProcess(side, FIRST_BET) for h in (0, 1) for side in (+1, -1)}
+        self.refuted = False
+
+    def update(self, y1: float, member: bool, threshold: float) -> None:
+        h = 0 if member else 1
+        for side in (+1, -1):
+            self.procs[(h, side)].update(y1, self.law[h], side)
+        self.refuted = self.refuted or self.e >= threshold
+
+    @property
+    def e(self) -> float:
+        return sum(p.e for p in self.procs.values()) / len(self.procs)
+
+    def fits(self, y1_with: int, y1_without: int, pairs: int) -> bool:
+        """Both observed shares of y1 within Z_BLOCK standard errors of the claimed law's."""
+        for k, m in zip((y1_with, y1_without), self.law):
+            se = math.sqrt(max(m * (1.0 - m), 1e-6) / max(1, pairs))
+            if abs(k / max(1, pairs) - m) > Z_BLOCK * se:
+                return False
+        return True
+
+    def pairs_needed(self, alpha: float) -> int:
+        """Pairs for a test at level alpha (ln(4 / alpha), the four-way average) to see a shift of
+        MODEL_CHECK_DELTA in either share: ln(4 / alpha) / KL per trial, the smaller KL of the two
+        directions and hypotheses (a lower bound for a betting test, which needs somewhat more)."""
+        def kl(q: float, m: float) -> float:
+            q, m = min(max(q, 1e-3), 1 - 1e-3), min(max(m, 1e-3), 1 - 1e-3)
+            return q * math.log(q / m) + (1 - q) * math.log((1 - q) / (1 - m))
+        worst = min(kl(m + d, m) for m in self.law for d in (MODEL_CHECK_DELTA, -MODEL_CHECK_DELTA)
+                    if 0.0 <= m + d <= 1.0)
+        return int(math.ceil(math.log(4.0 / alpha) / worst))
 
 
 def design_summary(design: GenerationDesign) -> dict[str, Any]:
@@ -158,15 +214,21 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
     y1 = attack.labels[0]
     p0 = max_pair_accuracy(claimed_epsilon, delta)
-    # violation: half on the pair accuracy (<= p0), half on "both right" (<= p0^2, eprocess.max_both_right)
+    # violation: on the pair accuracy (<= p0) and on "both right" (<= p0^2, eprocess.max_both_right) of
+    # the guess "y1: canary in" (GUESS_WEIGHT each) and of its mirror "y0: canary in" (MIRROR_WEIGHT each)
     acc, both = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
+    acc_m, both_m = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
     c2 = max_both_right(claimed_epsilon, delta)
     alts = [] if design is None else [GenAlternative(a, design) for a in alternatives]
+    check = DesignModelCheck(design) if design is not None and alts else None
+    min_pairs = check.pairs_needed(alpha) if check is not None else 0
     read = 0  # answers whose noise was read
 
+    def e_black() -> float:
+        return GUESS_WEIGHT * (acc.e + both.e) + MIRROR_WEIGHT * (acc_m.e + both_m.e)
+
     def e_violation() -> float:
-        black = 0.5 * (acc.e + both.e)
-        return black if noise is None else 0.5 * black + 0.5 * noise.e_violation
+        return e_black() if noise is None else 0.5 * e_black() + 0.5 * noise.e_violation
 
     def e_alts() -> dict[str, float]:  # an alternative the noise does not cover: its black-box e-value
         return {a.name: 0.5 * (a.e + noise.e_alternative(a.name)) if noise is not None and noise.covers(a.name)
@@ -187,6 +249,8 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                 rel[member] = float(obs.label == y1)
                 for a in alts:
                     a.update(rel[member], member)
+                if check is not None:
+                    check.update(rel[member], member, 1.0 / alpha)
             trials += 2
             pairs += 1
             seen[True] += int(rel[True])
@@ -195,22 +259,31 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             correct += x
             acc.update(x, p0)
             both.update(rel[True] * (1.0 - rel[False]), c2)
+            acc_m.update(1.0 - x, p0)
+            both_m.update((1.0 - rel[True]) * rel[False], c2)
         ev, ea = e_violation(), e_alts()
         history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
         report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at {threshold:g})")
         if ev >= threshold:
             verdict = "violation"
-            white = noise is not None and noise.e_violation > 0.5 * (acc.e + both.e)
+            white = noise is not None and noise.e_violation > e_black()
             decided_by = "white-box" if white else "black-box"
+            mirrored = MIRROR_WEIGHT * (acc_m.e + both_m.e) > GUESS_WEIGHT * (acc.e + both.e)
             why = (f"white-box: {noise_finding(noise)}" if noise is not None and white else
+                   f"pair accuracy of the guess 'y0 released: canary in' {1.0 - correct / pairs:.3g} against the "
+                   f"claim's most {p0:.3g} (the release separates the contexts the other way round)" if mirrored else
                    f"pair accuracy of the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g}")
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
                       f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
-        if alts and all(v >= threshold for v in ea.values()):
+        halves = {"white-box" if noise is not None and noise.covers(a.name) and noise.e_alternative(a.name) >= a.e
+                  else "black-box" for a in alts}
+        # the check has had its pairs, was never refuted, and the shares now lie within Z_BLOCK standard
+        # errors of the claimed law's (a blocker only: it can delay or withhold a pass, never make one)
+        model_ok = check is None or "black-box" not in halves or (
+            not check.refuted and pairs >= min_pairs and check.fits(seen[True], seen[False], pairs))
+        if alts and all(v >= threshold for v in ea.values()) and model_ok:
             verdict = "pass"
-            halves = {"white-box" if noise is not None and noise.covers(a.name) and noise.e_alternative(a.name) >= a.e
-                      else "black-box" for a in alts}
             decided_by = " and ".join(sorted(halves, reverse=True))
             reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
                       f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
@@ -226,13 +299,24 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                   f"{threshold:g}, and "
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
                   + " not rejected: not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
+    if check is not None and check.refuted:
+        notes.append(f"design model refuted: the shares of y1 with / without the canary ({seen[True] / max(1, pairs):.2f} / "
+                     f"{seen[False] / max(1, pairs):.2f}) are not the claimed law's ({check.law[0]:.2f} / "
+                     f"{check.law[1]:.2f}; e-value {check.e:.3g} >= {threshold:g}): the alternatives' laws do not "
+                     "describe this target, so no black-box pass (white-box evidence, where the target reports "
+                     "its noise, can still pass)")
+    elif check is not None and verdict == "inconclusive" and pairs < min_pairs:
+        notes.append(f"a black-box pass waits for {min_pairs} pairs, what a test of the claimed law needs to see a "
+                     f"shift of {MODEL_CHECK_DELTA:g} in a share of y1 at level {alpha:g}")
     if noise is not None and not read:
         notes.append("white-box: the target reported no clean and noisy statistic (internals missing): black-box only")
     if noise is not None and noise.impossible:
         notes.append("white-box: " + "; ".join(noise.impossible))
     report(1.0, "sequential audit done")
     half = max(1, pairs)
-    comps = {"accuracy": acc.e, "both_right": both.e, **({"noise": noise.e_violation} if noise is not None else {})}
+    comps = {"accuracy": acc.e, "both_right": both.e, "accuracy_mirrored": acc_m.e, "both_right_mirrored": both_m.e,
+             **({"design_model_check": check.e} if check is not None else {}),
+             **({"noise": noise.e_violation} if noise is not None else {})}
     wb: dict[str, Any] = {} if noise is None else {
         "noise": noise.kind, ("sigma" if noise.kind == "gaussian" else "temperature"): float(noise.scale),
         "answers_read": read, "e_violation": noise.e_violation,

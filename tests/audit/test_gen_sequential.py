@@ -190,3 +190,47 @@ def test_real_mechanism_code_passes_when_correct_and_is_caught_when_broken():
                                alternatives=REQUIRED, alpha=ALPHA, cap=cap, rng=np.random.default_rng(28))
         assert r.verdict == want, (target.name, r.reason)
         assert r.trials == target.calls <= cap and r.history[-1]["trials"] == r.trials
+
+
+class FixedRates:
+    """y1 with probability p_in with the canary, p_out without (whatever the mechanism)."""
+
+    white_box = False
+
+    def __init__(self, p_in: float, p_out: float) -> None:
+        self.p_in, self.p_out, self.name = p_in, p_out, f"rates-{p_in}-{p_out}"
+
+    def observe(self, context, attack, rng):
+        q = self.p_in if attack.canary.exemplar() in context else self.p_out
+        return Observation(attack.labels[0] if rng.random() < q else attack.labels[1])
+
+
+def test_the_mirrored_boundary_release_is_no_violation_beyond_level():
+    """The mirrored guess ('y0: canary in') is bet on too: a release exactly at the claim the other way
+    round (y1 with 1 / (1 + e^eps) with the canary, e^eps / (1 + e^eps) without) is DP at the claim:
+    false violations <= alpha + 3 sd over 1000 audits."""
+    p = math.exp(1.0) / (1.0 + math.exp(1.0))
+    res = [run_gen_sequential(FixedRates(1.0 - p, p), EX, ATTACK, claimed_epsilon=1.0, delta=0.0, design=None,
+                              alternatives=REQUIRED, alpha=ALPHA, cap=400, rng=np.random.default_rng(seed))
+           for seed in range(RUNS)]
+    assert sum(r.verdict == "violation" for r in res) / RUNS <= _limit(ALPHA)
+
+
+def test_a_release_that_separates_the_contexts_the_other_way_round_is_a_violation():
+    """esa's greedy full_context on SmolLM2 released y0 with the canary and y1 without it every time
+    (benchmarks/gen_sequential_inprocess.py): perfectly separating, so a violation of any finite claim."""
+    for eps in (1.0, 2.0):
+        r = run_gen_sequential(FixedRates(0.0, 1.0), EX, ATTACK, claimed_epsilon=eps, delta=1e-5,
+                               design=_design("esa", eps), alternatives=REQUIRED, alpha=ALPHA, cap=400,
+                               rng=np.random.default_rng(1))
+        assert r.verdict == "violation" and "other way round" in r.reason and r.trials <= 60, r.reason
+
+
+def test_no_black_box_pass_for_a_target_the_design_model_does_not_describe():
+    """A release that gives y1 75% of the time with or without the canary (SmolLM2's broken esa and mozo
+    measured 0.75 / 0.75 and 1.00 / 1.00): the alternatives' design-model laws are rejected on its trials,
+    but the claimed law is too, so it must not pass (it passed after 6-10 calls before the check)."""
+    d = _design("esa")
+    res = _audits(FixedRates(0.75, 0.75), d, runs=200)
+    assert sum(r.verdict == "pass" for r in res) == 0
+    assert sum(any("design model refuted" in n for n in r.notes) for r in res) >= 190

@@ -24,8 +24,8 @@ def client(database_url, lm, embedder):
 def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, threat_model):
     """The real esa mechanism on the bundled models, claim 0.5, alternative non_private, cap 40: the
     job stops at a verdict (the e-value crossing 1/alpha), and the result carries the trials used,
-    the e-values, the design model's laws and the note that they are assumed. Black-box the release
-    decides; white-box (threat_model "both", the default) esa's reported noise (384 MiniLM
+    the e-values, the design model's laws and the note that they are assumed. Black-box no pass within
+    the cap (a black-box pass waits for the design-model check's pairs); white-box (threat_model "both", the default) esa's reported noise (384 MiniLM
     coordinates per answer, noisy - clean mean) passes after one pair, every release the candidate
     nearest the noisy mean in the auditor's own MiniLM embedding."""
     job = submit(client, "canary_mia", {**SEQ, "trials": 40, "threat_model": threat_model,
@@ -43,11 +43,16 @@ def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, t
     assert set(seq["e_alternatives"]) == {"non_private"} and seq["laws"]["non_private"] == {"positive": [1.0, 0.0]}
     assert seq["e_violation"] > 0 and seq["history"][-1]["trials"] == seq["trials"]
     assert any("design model" in n for n in seq["notes"])
-    assert j["verdict"] == "pass", j["verdict_reason"]
-    assert f"after {seq['trials']} trials" in j["verdict_reason"] and seq["e_alternatives"]["non_private"] >= 20
     if threat_model == "black-box":
-        assert seq["decided_by"] == "black-box" and seq["white_box"] == {} and "noise" not in seq["e_components"]
+        # A black-box pass rests on the design model: it waits for the pairs a test of the claimed law
+        # needs (gen_sequential.DesignModelCheck), more than this cap of 20 pairs
+        assert j["verdict"] == "inconclusive", j["verdict_reason"]
+        assert any("a black-box pass waits for" in n or "design model refuted" in n for n in seq["notes"]), seq
+        assert seq["white_box"] == {} and "noise" not in seq["e_components"]
+        assert "design_model_check" in seq["e_components"]
     else:
+        assert j["verdict"] == "pass", j["verdict_reason"]
+        assert f"after {seq['trials']} trials" in j["verdict_reason"] and seq["e_alternatives"]["non_private"] >= 20
         wb = seq["white_box"]
         assert seq["decided_by"] == "white-box" and seq["trials"] == 2 == wb["answers_read"], seq
         assert wb["impossible"] == [] and wb["e_violation"] < 1.0 and wb["e_alternatives"]["non_private"] >= 20
