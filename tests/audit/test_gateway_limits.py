@@ -21,19 +21,21 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def _head(self, **headers):
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        for k, v in headers.items():
+            self.send_header(k.replace("_", "-"), str(v))
+        self.end_headers()
+
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         if self.mode == "ok":
             data = json.dumps({"id": "ds_1"}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
+            self._head(content_length=len(data))
             self.wfile.write(data)
         elif self.mode == "huge":
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
+            self._head()
             try:
                 for _ in range(64):  # 64 MiB, never a complete JSON document
                     self.wfile.write(b"[" * 2**20)
@@ -41,16 +43,10 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
         elif self.mode == "bomb":  # 32 MiB of zeros, gzipped to ~32 KiB
             data = gzip.compress(b"0" * 32 * 2**20)
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-encoding", "gzip")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
+            self._head(content_encoding="gzip", content_length=len(data))
             self.wfile.write(data)
         elif self.mode == "drip":
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
+            self._head()
             try:
                 for _ in range(200):
                     self.wfile.write(b" ")
