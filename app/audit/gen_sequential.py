@@ -148,6 +148,10 @@ class DesignModelCheck:
                 return False
         return True
 
+    def allows_pass(self, y1_with: int, y1_without: int, pairs: int, min_pairs: int) -> bool:
+        """A black-box pass may rest on the design model: ``min_pairs`` seen, never refuted, ``fits`` now."""
+        return not self.refuted and pairs >= min_pairs and self.fits(y1_with, y1_without, pairs)
+
     def pairs_needed(self, alpha: float) -> int:
         """Pairs for a test at level alpha (ln(4 / alpha), the four-way average) to see a shift of
         MODEL_CHECK_DELTA in either share: ln(4 / alpha) / KL per trial, the smaller KL of the two
@@ -197,14 +201,15 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
         notes.append(f"white-box: {mech} is audited black-box only: {white_box_gap(mech, remote=True)}")
     elif white_box and design is not None and noise is None:
         notes.append(f"white-box: {design.mechanism} is audited black-box only: {white_box_gap(design.mechanism)}")
-    if noise is not None and noise.kind == "gumbel" and callable(trace):
-        trace(True)
+    tracing = trace if noise is not None and noise.kind == "gumbel" and callable(trace) else None
+    if tracing is not None:
+        tracing(True)
     try:
         return _run(target, ex, attack, rng, claimed_epsilon, delta, design, alternatives, alpha, cap, batch_pairs,
                     no_model, report, notes, noise, t0)
     finally:
-        if noise is not None and noise.kind == "gumbel" and callable(trace):
-            trace(False)
+        if tracing is not None:
+            tracing(False)
 
 
 def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Generator, claimed_epsilon: float,
@@ -250,7 +255,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                 for a in alts:
                     a.update(rel[member], member)
                 if check is not None:
-                    check.update(rel[member], member, 1.0 / alpha)
+                    check.update(rel[member], member, threshold)
             trials += 2
             pairs += 1
             seen[True] += int(rel[True])
@@ -276,22 +281,24 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
                       f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
+        if not (alts and all(v >= threshold for v in ea.values())):
+            continue
         halves = {"white-box" if noise is not None and noise.covers(a.name) and noise.e_alternative(a.name) >= a.e
                   else "black-box" for a in alts}
-        # the check has had its pairs, was never refuted, and the shares now lie within Z_BLOCK standard
-        # errors of the claimed law's (a blocker only: it can delay or withhold a pass, never make one)
-        model_ok = check is None or "black-box" not in halves or (
-            not check.refuted and pairs >= min_pairs and check.fits(seen[True], seen[False], pairs))
-        if alts and all(v >= threshold for v in ea.values()) and model_ok:
-            verdict = "pass"
-            decided_by = " and ".join(sorted(halves, reverse=True))
-            reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
-                      f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
-                      + (" (release laws of gen_power's design model, the auditor's best case)"
-                         if "black-box" in halves else "")
-                      + (" (white-box: the likelihood of the reported noise, or released tokens, under the claimed "
-                         "scale over the alternatives')" if "white-box" in halves else ""))
-            break
+        # a black-box half needs the check to have had its pairs, never refuted, and the shares now within
+        # Z_BLOCK standard errors of the claimed law's (a blocker only: it can delay or withhold a pass)
+        if "black-box" in halves and check is not None and not check.allows_pass(seen[True], seen[False], pairs,
+                                                                                min_pairs):
+            continue
+        verdict = "pass"
+        decided_by = " and ".join(sorted(halves, reverse=True))
+        reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
+                  f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
+                  + (" (release laws of gen_power's design model, the auditor's best case)"
+                     if "black-box" in halves else "")
+                  + (" (white-box: the likelihood of the reported noise, or released tokens, under the claimed "
+                     "scale over the alternatives')" if "white-box" in halves else ""))
+        break
     ea = e_alts()
     if verdict == "inconclusive":
         open_ = [n for n in alternatives if ea.get(n, 0.0) < threshold]

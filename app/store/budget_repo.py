@@ -30,6 +30,14 @@ _FIND_REUSABLE = (
 # A Core insert on the table (column defaults apply; no ORM bulk-insert machinery for one row).
 _ENTRIES = LedgerEntry.__table__
 _ADD_ENTRY = insert(_ENTRIES).returning(_ENTRIES.c.id)
+_ENTRY_COLUMNS = frozenset(_ENTRIES.c.keys())
+
+
+def _known(fields: dict, columns: frozenset[str], what: str) -> None:
+    """A Core statement silently drops keys that name no column: refuse them instead."""
+    unknown = fields.keys() - columns
+    if unknown:
+        raise TypeError(f"unknown {what} fields: {sorted(unknown)}")
 
 
 def create_account(session: Session, **fields) -> BudgetAccount:
@@ -56,15 +64,14 @@ def lock_account(session: Session, dataset_id: str, tenant_id: str) -> BudgetAcc
 
 _ACCOUNTS = BudgetAccount.__table__
 _STORE_ACCOUNT = _ACCOUNTS.update().where(_ACCOUNTS.c.dataset_id == bindparam("the_dataset"))
+_ACCOUNT_COLUMNS = frozenset(_ACCOUNTS.c.keys())
 
 
 def store_account(session: Session, acc: BudgetAccount, **fields) -> None:
     """Write ``fields`` to the (locked) account row with one Core UPDATE by key, and set them on ``acc``
     as committed values: the ORM's unit of work would diff and flush the same columns for several
     times the Python (issue 27); ``acc`` stays what the row now holds, and nothing is left dirty."""
-    unknown = set(fields) - set(_ACCOUNTS.c.keys())
-    if unknown:
-        raise TypeError(f"unknown budget account fields: {sorted(unknown)}")
+    _known(fields, _ACCOUNT_COLUMNS, "budget account")
     session.execute(_STORE_ACCOUNT, {"the_dataset": acc.dataset_id, **fields})
     for key, value in fields.items():
         set_committed_value(acc, key, value)
@@ -91,9 +98,7 @@ def get_entry(session: Session, entry_id: int) -> LedgerEntry | None:
 
 def add_entry(session: Session, **fields) -> int:
     """Append a ledger entry; its id. One ``INSERT ... RETURNING`` (no unit-of-work flush)."""
-    unknown = set(fields) - set(_ENTRIES.c.keys())
-    if unknown:  # a Core insert would silently drop them
-        raise TypeError(f"unknown ledger entry fields: {sorted(unknown)}")
+    _known(fields, _ENTRY_COLUMNS, "ledger entry")
     return int(session.execute(_ADD_ENTRY, fields).scalar_one())
 
 
