@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=28, help="--inprocess: every audit's seed")
     ap.add_argument("--mechanisms", default="esa,mozo", help="--inprocess: comma-separated")
     ap.add_argument("--targets", default="correct,broken,full_context", help="--inprocess: comma-separated")
+    ap.add_argument("--fixed-only", action="store_true", help="--inprocess: the fixed audits only (no sequential)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", help="also write the JSON (with the command) to this path")
     ap.add_argument("--only", nargs="*", help="these design labels only (default: all)")
@@ -174,7 +175,7 @@ def _inprocess(a: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     lm, emb = load_models()
     res = inprocess(lm, emb, mechanisms=a.mechanisms.split(","), targets=a.targets.split(","),
-                    cap=50 if a.cap is None else a.cap, fixed_max=a.fixed_max, seed=a.seed,
+                    cap=50 if a.cap is None else a.cap, fixed_max=a.fixed_max, seed=a.seed, sequential=not a.fixed_only,
                     log=lambda m: print(f"[{time.perf_counter() - t0:6.0f} s] {m}", file=sys.stderr, flush=True))
     out = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "seconds": round(time.perf_counter() - t0, 1),
            "single_draws": "one audit per cell with a fixed seed: each count is one draw", **res}

@@ -33,7 +33,7 @@ import numpy as np
 
 from app.audit import CampaignConfig, Canary, run_campaign
 from app.audit.gen_plan import plan_generation
-from app.audit.gen_power import DEFAULT_GEN_REQUIRED, assess_generation_power, generation_design, signal_distance
+from app.audit.gen_power import DEFAULT_GEN_REQUIRED, generation_design, signal_distance
 from app.audit.gen_queries import resolve_generation_query
 from app.audit.gen_sequential import run_gen_sequential
 from app.audit.gen_targets import GenerationMechanismTarget
@@ -111,20 +111,24 @@ def fixed_audit(target: Any, claimed_target: Any, eps: float, trials: int, threa
                 seed: int) -> dict[str, Any]:
     """One fixed audit as the canary_mia job runs it (direct, paired), its power that of the claimed
     design (``claimed_target``: the mechanism at the claim), and the job's verdict."""
-    from app.jobs.kinds.canary_mia import CanaryMIAKind
+    from app.jobs.kinds.canary_gen import generation_power
+    from app.jobs.kinds.canary_mia import CanaryMIAConfig, CanaryMIAKind
 
     calls0, t0 = target.calls, time.perf_counter()
     res = run_campaign(target, EX, Canary("false_fact", CANARY, CANARY), "signal_text", task_labels=[],
                        config=CampaignConfig(trials=trials, threat_models=threat_models, confidence=CONFIDENCE,
                                              delta=DELTA), rng=np.random.default_rng(seed))
     out = res.to_dict()
-    out["power"] = assess_generation_power(res, claimed_target, len(EX), eps,
-                                           required=DEFAULT_GEN_REQUIRED).to_dict()
+    # the job's own power path (app.jobs.kinds.canary_gen): the claimed design's power and the
+    # design-model check on these releases
+    config = CanaryMIAConfig.model_validate({"task": "generation", "power": {"alternatives": list(DEFAULT_GEN_REQUIRED)}})
+    out.update(generation_power(res, claimed_target, len(EX), eps, config))
     verdict = CanaryMIAKind().verdict(out, eps, None)
     bb = res.estimates["black-box"]
     return {"run": True, "black_box_counts": {"tp": bb.tp, "fn": bb.fn, "fp": bb.fp, "tn": bb.tn}, "verdict": str(verdict), "model_calls": target.calls - calls0,
             "seconds": round(time.perf_counter() - t0, 1), "threat_models": list(res.estimates),
-            "epsilon_lower": round(float(res.epsilon), 4), "reason": out.get("verdict_reason", "")}
+            "epsilon_lower": round(float(res.epsilon), 4), "reason": out.get("verdict_reason", ""),
+            "model_check": ((out.get("power") or {}).get("design") or {}).get("model_check")}
 
 
 def sequential_audit(target: Any, design: Any, eps: float, cap: int, seed: int, white_box: bool) -> dict[str, Any]:
@@ -141,7 +145,7 @@ def sequential_audit(target: Any, design: Any, eps: float, cap: int, seed: int, 
 
 def inprocess(lm: Any, emb: Any, *, mechanisms: Sequence[str] = tuple(DESIGNS), epsilons: Sequence[float] = (1.0, 2.0),
               targets: Sequence[str] = TARGETS, cap: int = 60, fixed_max: int = 60, seed: int = 28,
-              log: Any = None) -> dict[str, Any]:
+              log: Any = None, sequential: bool = True) -> dict[str, Any]:
     """Every (mechanism, claim, target) cell: the planner's fixed trials, the fixed audit where its
     count is at most ``fixed_max`` (else why not), and the sequential audits (cap ``cap``)."""
     say = log or (lambda _m: None)
@@ -164,7 +168,7 @@ def inprocess(lm: Any, emb: Any, *, mechanisms: Sequence[str] = tuple(DESIGNS), 
             for kind in targets:
                 cell: dict[str, Any] = {}
                 target = make_target(lm, emb, mech, kind, eps)
-                views = (False, True) if mech == "esa" else (False,)
+                views = ((False, True) if mech == "esa" else (False,)) if sequential else ()
                 for wb in views:
                     say(f"{mech} claim {eps:g} {kind}: sequential {'white' if wb else 'black'}-box, cap {cap}")
                     cell["sequential_" + ("white_box" if wb else "black_box")] = sequential_audit(
@@ -172,10 +176,12 @@ def inprocess(lm: Any, emb: Any, *, mechanisms: Sequence[str] = tuple(DESIGNS), 
                 if fixed_n is None:
                     cell["fixed"] = {"run": False, "why": "the planner has no trial count up to 20000 that could "
                                      "pass this design: the fixed audit could end violation or inconclusive only"}
-                elif fixed_n > fixed_max:
+                elif fixed_n > fixed_max and sequential:
                     per = cell["sequential_black_box"]["seconds"] / max(1, cell["sequential_black_box"]["trials"])
                     cell["fixed"] = {"run": False, "why": f"{fixed_n} trials > fixed_max {fixed_max} "
                                      f"(~{fixed_n * per:.0f} s at this target's {per:.2f} s per trial)"}
+                elif fixed_n > fixed_max:
+                    cell["fixed"] = {"run": False, "why": f"{fixed_n} trials > fixed_max {fixed_max}"}
                 else:
                     say(f"{mech} claim {eps:g} {kind}: fixed, {fixed_n} trials")
                     claimed_target = make_target(lm, emb, mech, "correct", eps)
@@ -202,8 +208,10 @@ def table(out: dict[str, Any]) -> str:
     for r in out["rows"]:
         fp = " / ".join(str(v) for v in r["fixed_planned"].values())
         for kind, c in r["targets"].items():
-            bb = c["sequential_black_box"]
+            bb = c.get("sequential_black_box")
+            seen = (f"{bb['y1_with']:.2f} / {bb['y1_without']:.2f}" if bb else
+                    "{y1_with}/{members} / {y1_without}/{nonmembers}".format(**c["fixed"]["model_check"])
+                    if (c.get("fixed") or {}).get("model_check") else "-")
             lines.append(f"| {r['mechanism']} | {r['claim']:g} | {kind} | {fp} | {_cell(c.get('fixed'))} | "
-                         f"{_cell(bb)} | {_cell(c.get('sequential_white_box'))} | "
-                         f"{bb['y1_with']:.2f} / {bb['y1_without']:.2f} |")
+                         f"{_cell(bb)} | {_cell(c.get('sequential_white_box'))} | {seen} |")
     return "\n".join(lines)

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import special
+from scipy import special, stats
 
 from app.privacy import accuracy_epsilon_bound, epsilon_lower_bound
 
@@ -285,6 +285,31 @@ def split_selection(n: int, fraction: float, members: np.ndarray) -> np.ndarray:
         k += 1
         mask[:k] = True
     return mask
+
+
+# P(the white-box counted split holds one hypothesis only) above which a design is refused (at
+# submit, app.jobs.kinds.canary_design) or not planned (app.audit.gen_power)
+SPLIT_FAILURE = 1e-3
+
+
+def split_failure_probability(trials: int, fraction: float) -> float:
+    """Paired insertion shuffles trials // 2 members among 2 (trials // 2) trials; the threshold is
+    chosen on the first round(n x fraction) and evaluated on the rest (``split_selection``).
+    The probability that the rest holds only one hypothesis: 2 x hypergeometric P(all c of one kind)."""
+    half = trials // 2
+    n = 2 * half
+    c = n - max(1, int(round(n * fraction)))
+    if c < 1 or half < 1:
+        return 1.0
+    return min(1.0, 2.0 * float(stats.hypergeom.pmf(c, n, half, c)))
+
+
+def min_split_trials(fraction: float, limit: float = SPLIT_FAILURE) -> int:
+    """The fewest (even) trials whose white-box split fails with probability <= ``limit``."""
+    n = 2
+    while split_failure_probability(n, fraction) > limit and n < 10_000:
+        n += 2
+    return n
 
 
 def reference_vector_statistic(vectors: np.ndarray, members: np.ndarray, selection: np.ndarray) -> np.ndarray:

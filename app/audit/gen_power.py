@@ -72,7 +72,8 @@ import numpy as np
 from scipy import stats
 
 from app.audit.conformance import conformance_confidence, conformance_power
-from app.audit.estimates import bound_curves
+from app.audit.estimates import SPLIT_FAILURE, bound_curves, min_split_trials
+from app.audit.gen_model_check import MODEL_CHECK_DELTA, pairs_needed
 from app.audit.power import (
     DEFAULT_MIN_DETECTION,
     AlternativePower,
@@ -324,6 +325,10 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
         if draws and mult is not None:
             a.detection_conformance = (1.0 - conf_c if name == "claimed" else
                                        conformance_power("gaussian", draws, mult, confidence=conf_c))
+        elif draws:  # non_private under a white-box esa audit (as gen_noise's evidence treats it)
+            a.detection_conformance = conformance_power("gaussian", draws, 0.0, confidence=conf_c)
+            a.note += ("; white-box: a release without noise reports its noisy mean equal to its clean one (a zero "
+                       "residual: flagged) or no internals (then no white-box verdict, so no pass)")
         alts[name] = a
     noise_free_blind = min(design.release(0.0, t)[0] - design.release(0.0, t)[1] for t in ("positive", "other")) <= 0
     rep = PowerReport(claimed_epsilon, conf, delta, half, half, ceiling, "assumed", design.model_note,
@@ -347,6 +352,21 @@ def gen_design_power(design: GenerationDesign, *, trials: int, claimed_epsilon: 
             msg += (f" (with {design.units} units the canary moves one of them and a noise-free aggregate never "
                     "releases y1: use one unit, or a white-box esa audit)")
         reasons.append(msg)
+    if wb_det is not None and 2 * half < (m := min_split_trials(threshold_fraction)):
+        reasons.append(f"the white-box threshold split needs {m} trials (both hypotheses on each side of a "
+                       f"{threshold_fraction:g} split with probability >= {1 - SPLIT_FAILURE:g}): this design has "
+                       f"{2 * half}")
+    # A required alternative that the noise test cannot see alone is seen through the design model's
+    # release laws: the verdict then checks the model on the observed releases (gen_model_check), and
+    # a design needs the trials for that check (the planner's search adds them; one power model).
+    rests = [n for n in required if (alts[n].detection_conformance or 0.0) < min_detection]
+    if rests:
+        need = pairs_needed(alternative_release(design, "claimed"), 1.0 - confidence)
+        rep.design["model_check_pairs_needed"] = need
+        if half < need:
+            reasons.append(f"a pass against {', '.join(rests)} rests on the design model, and a test of its claimed "
+                           f"law needs {need} trials per hypothesis to see a shift of {MODEL_CHECK_DELTA:g} in a "
+                           f"share of y1: add trials (this design has {half})")
     rep.reasons = reasons
     rep.sufficient = not reasons
     return rep

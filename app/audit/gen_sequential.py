@@ -50,7 +50,6 @@ Bets: ``sequential.BettingEProcess`` (online Newton step on the betting fraction
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from app.audit.gen_model_check import MODEL_CHECK_DELTA, fits, pairs_needed
 from app.audit.gen_noise import noise_finding, observe_noise, white_box_evidence, white_box_gap
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
@@ -65,13 +65,8 @@ from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProce
 from app.audit.eprocess import NoiseEvidence, max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
 
-# A black-box pass rests on the design model (the alternatives' release laws are its predictions). It
-# is allowed only after a test of the claimed law itself has had the trials to see a deviation of
-# MODEL_CHECK_DELTA in either share of y1 (with / without the canary) and has not: on SmolLM2 the
-# release is y1 without the canary 40-100% of the time, which the design model's alternatives call
-# (nearly) impossible, and a broken target passed in 6-10 calls (benchmarks/gen_sequential_inprocess.py).
-MODEL_CHECK_DELTA = 0.25
-Z_BLOCK = 2.0  # and not while a share of y1 lies more than this many standard errors from the claimed law's
+# A black-box pass rests on the design model; the check it waits for (MODEL_CHECK_DELTA, Z_BLOCK, the
+# pairs a test of the claimed law needs) is app.audit.gen_model_check's, shared with the fixed verdict.
 # The violation e-value's weights: the guess "y1 released: canary in" and its mirror "y0 released:
 # canary in" (DP bounds both events of a neighbouring pair; a release that separates the contexts the
 # other way round is as much a violation: esa's greedy full_context on SmolLM2 does exactly that).
@@ -142,26 +137,15 @@ class DesignModelCheck:
 
     def fits(self, y1_with: int, y1_without: int, pairs: int) -> bool:
         """Both observed shares of y1 within Z_BLOCK standard errors of the claimed law's."""
-        for k, m in zip((y1_with, y1_without), self.law):
-            se = math.sqrt(max(m * (1.0 - m), 1e-6) / max(1, pairs))
-            if abs(k / max(1, pairs) - m) > Z_BLOCK * se:
-                return False
-        return True
+        return fits(self.law, y1_with, y1_without, pairs)
 
     def allows_pass(self, y1_with: int, y1_without: int, pairs: int, min_pairs: int) -> bool:
         """A black-box pass may rest on the design model: ``min_pairs`` seen, never refuted, ``fits`` now."""
         return not self.refuted and pairs >= min_pairs and self.fits(y1_with, y1_without, pairs)
 
     def pairs_needed(self, alpha: float) -> int:
-        """Pairs for a test at level alpha (ln(4 / alpha), the four-way average) to see a shift of
-        MODEL_CHECK_DELTA in either share: ln(4 / alpha) / KL per trial, the smaller KL of the two
-        directions and hypotheses (a lower bound for a betting test, which needs somewhat more)."""
-        def kl(q: float, m: float) -> float:
-            q, m = min(max(q, 1e-3), 1 - 1e-3), min(max(m, 1e-3), 1 - 1e-3)
-            return q * math.log(q / m) + (1 - q) * math.log((1 - q) / (1 - m))
-        worst = min(kl(m + d, m) for m in self.law for d in (MODEL_CHECK_DELTA, -MODEL_CHECK_DELTA)
-                    if 0.0 <= m + d <= 1.0)
-        return int(math.ceil(math.log(4.0 / alpha) / worst))
+        """``gen_model_check.pairs_needed`` of the claimed law (the fixed planner adds the same)."""
+        return pairs_needed(self.law, alpha)
 
 
 def design_summary(design: GenerationDesign) -> dict[str, Any]:

@@ -265,7 +265,8 @@ def test_planned_design_passes_and_too_few_trials_name_one_that_can():
     assert cfg["trials"] is not None and cfg["threat_model"] == "white-box"
     config = CanaryMIAConfig.model_validate({"task": "generation", "power": {"alternatives": req}})
     kind = CanaryMIAKind()
-    for trials, want in ((cfg["trials"], "pass"), (24, "inconclusive")):
+    assert cfg["trials"] == 14  # the white-box split's minimum (the noise test sees both alternatives)
+    for trials, want in ((cfg["trials"], "pass"), (12, "inconclusive")):
         res = run_campaign(tgt, EX, Canary("false_fact", CANARY, CANARY), "signal_text", task_labels=[],
                            template=TEMPLATE, config=CampaignConfig(trials=trials), rng=np.random.default_rng(5))
         result = {**res.to_dict(), **generation_power(res, tgt, len(EX), 2.0, config)}

@@ -5,31 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scipy import stats
-
+from app.audit.estimates import SPLIT_FAILURE, min_split_trials, split_failure_probability
 from app.jobs.errors import JobConfigError
 
-# P(the white-box counted split holds one hypothesis only) above which a design is refused
-SPLIT_FAILURE = 1e-3
-
-
-def split_failure_probability(trials: int, fraction: float) -> float:
-    """Paired insertion shuffles trials // 2 members among 2 (trials // 2) trials; the threshold is
-    chosen on the first round(n x fraction) and evaluated on the rest (``estimates.split_selection``).
-    The probability that the rest holds only one hypothesis: 2 x hypergeometric P(all c of one kind)."""
-    half = trials // 2
-    n = 2 * half
-    c = n - max(1, int(round(n * fraction)))
-    if c < 1 or half < 1:
-        return 1.0
-    return min(1.0, 2.0 * float(stats.hypergeom.pmf(c, n, half, c)))
-
-
-def min_split_trials(fraction: float, limit: float = SPLIT_FAILURE) -> int:
-    n = 2
-    while split_failure_probability(n, fraction) > limit and n < 10_000:
-        n += 2
-    return n
+__all__ = ["SPLIT_FAILURE", "check_runnable", "check_sequential", "min_split_trials", "split_failure_probability"]
 
 
 def _white_box_runs(config: Any) -> bool:

@@ -105,18 +105,21 @@ def generation_power(res: Any, target: Any, n_exemplars: int, claim: float, conf
     """``{"power": report}`` (with ``advice``: the smallest trial count of this design that could
     pass, where this one cannot), or ``{"power": None, "power_unknown": why}``."""
     from app.audit.gen_plan import smallest_trials
-    from app.audit.gen_power import NoPowerModel, assess_generation_power, gen_design_power
+    from app.audit.gen_power import NoPowerModel, assess_design, assess_generation_power, gen_design_power
 
     try:
         rep = assess_generation_power(res, target, n_exemplars, claim, required=config.power.alternatives,
                                       min_detection=config.power.min_detection)
     except NoPowerModel as exc:
         return {"power": None, "power_unknown": str(exc)}
+    design = assess_design(res, target, n_exemplars)
+    check = _model_check(rep, design, res)
     d = rep.to_dict()
-    if not rep.sufficient:
-        from app.audit.gen_power import assess_design
-
-        design = assess_design(res, target, n_exemplars)
+    if check is not None and check.enough and not check.fits:
+        d["advice"] = ("no trial count makes this a pass: the target's releases do not follow the design model the "
+                       "detection rests on; audit it white-box where it reports its noise (esa; in process: "
+                       "clip_softmax, poe), or choose a query / signal texts that the target's model follows")
+    elif not rep.sufficient:
 
         def again(n: int) -> Any:
             return gen_design_power(design, trials=n, claimed_epsilon=claim, confidence=res.confidence,
@@ -128,6 +131,24 @@ def generation_power(res: Any, target: Any, n_exemplars: int, claim: float, conf
         d["advice"] = (f"this design reaches the power with {n} trials (trials: {n}; POST /v1/audits/plan compares "
                        "designs)" if n is not None else _other_design(config, claim, target))
     return {"power": d}
+
+
+def _model_check(rep: Any, design: Any, res: Any) -> Any:
+    """Where a pass rests on the design model (``gen_design_power`` says so with
+    ``model_check_pairs_needed``): the check of its claimed law on the observed releases
+    (``app.audit.gen_model_check``), recorded in the report; a misfit withholds the pass."""
+    if "model_check_pairs_needed" not in rep.design:
+        return None
+    from app.audit.gen_model_check import fixed_model_check
+    from app.audit.gen_power import alternative_release
+
+    check = fixed_model_check(alternative_release(design, "claimed"), res.trials, res.attack.labels[0],
+                              1.0 - float(res.confidence))
+    rep.design["model_check"] = check.to_dict()
+    if check.enough and not check.fits:
+        rep.reasons.append(check.reason())
+        rep.sufficient = False
+    return check
 
 
 def _other_design(config: Any, claim: float, target: Any) -> str:

@@ -222,8 +222,16 @@ class CanaryMIAKind(JobKind):
             dets = ", ".join(f"{k} {power['alternatives'][k]['detection']:.3g}" for k in power["required"])
             result["verdict_reason"] = (f"bound {result['epsilon']:.4g} <= claim {claim:g}, and the audit could have "
                                         f"seen a violation: P(detect) {dets}")
+            mc = (power.get("design") or {}).get("model_check")
+            if mc:  # a generation pass that rests on the design model: the check it passed
+                result["verdict_reason"] += (
+                    f" (the design model's predictions; its claimed law fits the releases: y1 in {mc['y1_with']}/"
+                    f"{mc['members']} trials with the canary, {mc['y1_without']}/{mc['nonmembers']} without, law "
+                    f"{mc['law'][0]:.2f} / {mc['law'][1]:.2f})")
             return "pass"
-        result["verdict_reason"] = "no violation seen, but this audit could not have seen one: " + \
+        misfit = not ((power.get("design") or {}).get("model_check") or {}).get("fits", True)
+        result["verdict_reason"] = ("no violation seen, but the power of this audit is unknown: " if misfit else
+                                    "no violation seen, but this audit could not have seen one: ") + \
             "; ".join(power.get("reasons") or []) + (f"; {power['advice']}" if power.get("advice") else "")
         return "inconclusive"
 
