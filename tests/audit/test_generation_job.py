@@ -141,28 +141,31 @@ def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):
 
 
 def test_esa_audit_with_planned_trials_passes(client):
-    """trials 'auto' for a generation audit: the worker plans with its embedder (the same design the
-    verdict's power uses), runs the planned count against the correct esa mechanism (claim 0.5,
-    alternative non_private: 16 black-box trials put the ceiling above the claim) and ends pass."""
+    """trials 'auto' for a white-box generation audit: the worker plans with its embedder (the same
+    design the verdict's power uses), runs the planned count against the correct esa mechanism on the
+    bundled models (claim 0.5, alternative non_private: the noise test sees it, so the white-box
+    split's minimum of 14 trials sets the plan) and ends pass on the noise it observed; the design
+    model is not what the pass rests on (no model check)."""
     target = {**ESA, "params": {**ESA["params"], "epsilon": 0.5}}
     job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
-                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
+                                        "canary": {"type": "false_fact"}, "threat_model": "white-box",
                                         "trials": "auto", "max_tokens": 6, "seed": 11,
                                         "power": {"alternatives": ["non_private"]}})
     j = wait_job(client, job["id"], timeout=900)
     assert j["status"] == "succeeded", j
     r = j["result"]
-    assert r["plan"]["configured"]["trials"] == r["trials_total"] == r["target_calls"] == 16
-    assert r["power"]["sufficient"] and r["power"]["alternatives"]["non_private"]["detection"] == 1.0
+    assert r["plan"]["configured"]["trials"] == r["trials_total"] == r["target_calls"] == 14
+    assert r["power"]["sufficient"] and r["power"]["alternatives"]["non_private"]["detection_conformance"] == 1.0
+    assert "model_check" not in r["power"]["design"] and r["conformance"]["conformant"]
     assert j["verdict"] == "pass", r["verdict_reason"]
-    assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]
 
 
-def test_ksa_audit_with_planned_trials_passes(client):
-    """A ksa audit through the jobs API on the bundled models ends pass: trials 'auto' plans the
-    design on the worker (claim 0.5, alternative non_private: the black-box ceiling of the planned
-    trials exceeds the claim), the correct mechanism's bound stays below it, and the verdict's power
-    is the plan's (app.audit.gen_power_ksa)."""
+def test_ksa_audit_with_planned_trials_checks_the_design_model(client):
+    """A ksa audit through the jobs API on the bundled models: trials 'auto' plans the design on the
+    worker (claim 0.5, alternative non_private), with the pairs the design-model check needs, and the
+    verdict's power is the plan's (app.audit.gen_power_ksa). The black-box pass rests on that model,
+    and SmolLM2 behind ksa does not follow it (the release does not track the canary as the claimed
+    law says), so the verdict is inconclusive and says why -- not the pass the model would predict."""
     target = {**KSA, "params": {**KSA["params"], "epsilon": 0.5}}
     job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
                                         "canary": {"type": "false_fact"}, "threat_model": "black-box",
@@ -173,7 +176,10 @@ def test_ksa_audit_with_planned_trials_passes(client):
     r = j["result"]
     n = r["plan"]["configured"]["trials"]
     assert n == r["trials_total"] == r["target_calls"] and r["plan"]["mechanism"] == "ksa"
-    assert r["power"]["sufficient"] and "keyword" in r["power"]["vote_model_note"]
+    assert "keyword" in r["power"]["vote_model_note"]
     assert r["power"]["alternatives"]["non_private"]["detection"] == r["plan"]["configured"]["detection"]["non_private"]
-    assert j["verdict"] == "pass", r["verdict_reason"]
-    assert r["epsilon"] <= 0.5 < r["power"]["ceiling_epsilon"]
+    mc = r["power"]["design"]["model_check"]
+    assert n // 2 >= mc["pairs_needed"] == r["power"]["design"]["model_check_pairs_needed"] and mc["enough"]
+    assert not mc["fits"] and not r["power"]["sufficient"], mc
+    assert j["verdict"] == "inconclusive", r["verdict_reason"]
+    assert "does not follow the design model" in r["verdict_reason"]
