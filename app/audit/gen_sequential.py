@@ -30,7 +30,7 @@ stopping time, and the audit may look after every batch.
   ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
   pass says the target is not the alternative *as that model predicts it*.
 * White-box (``white_box=True`` and a target that reports its clean and noisy statistic: esa's
-  clean and noisy mean, in-process or a gateway's internals; in-process clip_softmax and poe: each
+  clean and noisy mean, in-process or a gateway's internals; in-process clip_softmax, poe and mozo: each
   private step's clean statistic through ``app.mechanisms.step_trace``, the target's
   ``trace_token_steps`` turned on for the audit only): ``app.audit.gen_noise`` reads the noise
   with ``eprocess.NoiseEvidence``. The violation e-value is then 1/2 the black-box mixture above + 1/2

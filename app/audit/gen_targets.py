@@ -1,8 +1,8 @@
 """Generation targets: the same campaign code (``app.audit.campaign``) against text answers.
 
 * :class:`GenerationMechanismTarget`: an ``app.mechanisms.generation`` mechanism run
-  here (white-box for ``esa``: the noisy mean embedding is observable; for ``clip_softmax`` and
-  ``poe`` in a white-box sequential audit: each step's clean statistic, ``trace_token_steps``).
+  here (white-box for ``esa``: the noisy mean embedding is observable; for ``clip_softmax``, ``poe``
+  and ``mozo`` in a white-box sequential audit: each step's clean statistic, ``trace_token_steps``).
 * :class:`RemoteGenerationTarget`: a dpicl gateway, ``POST /v1/datasets`` (task
   generation) then ``POST /v1/private/generate`` (white-box with the 'internals' scope).
 

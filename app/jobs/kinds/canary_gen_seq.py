@@ -10,7 +10,7 @@ pass). ``ksa``'s design model needs the signal texts (its keywords): they are pa
 
 White-box (``threat_model`` "white-box" or "both", the default, on a mechanism target, or a remote
 target with ``white_box``): the audit also reads the noise the target reports (``app.audit.gen_noise``:
-esa's clean and noisy mean; in-process clip_softmax and poe: each step's clean statistic through
+esa's clean and noisy mean; in-process clip_softmax, poe and mozo: each step's clean statistic through
 ``app.mechanisms.step_trace``, never serialised); for the other mechanisms, and a remote target's token
 mechanism, a note says why they stay black-box.
 """
