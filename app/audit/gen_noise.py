@@ -43,7 +43,12 @@ Privacy", NeurIPS 2025, Section 3: e-values, test supermartingales, Ville's ineq
   epsilon samples at the same tau with a larger lam: only the black-box half, and the design-model
   check it needs for a pass, can see that). A remote target's internals carry no statistic:
   black-box (``REMOTE_TOKEN_GAP``).
-* not covered (``WHITE_BOX_GAPS``: black-box only, said in the verdict's notes): ksa, see there.
+* ``ksa`` (keyword space aggregation: the exponential mechanism's k* over the count gaps, then
+  propose-test-release): ``app.audit.gen_noise_ksa``. Its internals carry the clean gaps, k* and the
+  test's outcome (in process, and through a gateway's 'internals' scope); the likelihood of (k*, pass)
+  under the claim and under each alternative (both noises x f, as gen_power_ksa's alternatives) is
+  exact. ``non_private`` is black-box only.
+* not covered (``WHITE_BOX_GAPS``: black-box only, said in the verdict's notes): none at present.
 
 The noise evidence tests the claimed *mechanism* (its noise at the calibrated scale), as the
 classification audit's white-box half does; the black-box half tests the claimed (epsilon, delta)
@@ -60,21 +65,17 @@ from typing import Any
 import numpy as np
 
 from app.audit.eprocess import INF_LOG, SCALE_DOWN, NoiseEvidence
+from app.audit.gen_noise_ksa import KSAEvidence, ksa_evidence, observe_ksa
 from app.audit.gen_power import GEN_ALTERNATIVES, GenerationDesign, alternative_release
 from app.audit.noise import VotingNoise
 
 TOKEN = ("clip_softmax", "poe", "mozo")  # white-box through the in-process step trace (``app.mechanisms.step_trace``)
-COVERED = ("esa", *TOKEN)
+COVERED = ("esa", *TOKEN, "ksa")
 REMOTE_TOKEN_GAP = ("a remote target's internals carry per step only the released token, its log-probability and "
                     "the largest probability, not the exemplar-derived score vector (which only an in-process "
                     "target hands to the auditor): the likelihood of a step under a rescaled temperature cannot be "
                     "computed")
-WHITE_BOX_GAPS: dict[str, str] = {
-    "ksa": ("its internals carry the gap scores with their Gumbel-noised copy and the PTR statistic, but its "
-            "alternatives rescale two noises at once (the exponential mechanism's Gumbel and PTR's Gaussian with "
-            "its threshold offset) and the released text is a greedy generation from the keywords: not modelled "
-            "white-box yet"),
-}
+WHITE_BOX_GAPS: dict[str, str] = {}  # mechanism -> why its sequential audit reads no noise
 NOT_NEAREST = ("a released text is not the zero-shot candidate nearest the reported noisy mean (esa releases the "
                "nearest: tight-auditing Algorithm 3 line 11)")
 
@@ -98,9 +99,11 @@ def white_box_evidence(design: GenerationDesign | None, alternatives: Sequence[s
     """NoiseEvidence over the claimed noise of ``design`` (esa: N(0, sigma^2) per coordinate; the token
     mechanisms: Gumbel on the scores at the claimed temperature) and each alternative's (its multiplier
     of gen_power.GEN_ALTERNATIVES; non_private: no noise for esa, not testable from the token
-    statistic: None), or None where the design's mechanism is not covered."""
+    statistic: None; ksa: ``gen_noise_ksa``), or None where the design's mechanism is not covered."""
     if design is None or design.mechanism not in COVERED:
         return None
+    if design.mechanism == "ksa":
+        return ksa_evidence(design, alternatives, claimed_epsilon, delta)
     kind = "gumbel" if design.mechanism in TOKEN else "gaussian"
     claimed = VotingNoise(kind, float(design.scale), float(claimed_epsilon), float(delta))
     alts: dict[str, VotingNoise | None] = {}
@@ -113,8 +116,13 @@ def white_box_evidence(design: GenerationDesign | None, alternatives: Sequence[s
 
 
 def observe_noise(ev: NoiseEvidence, obs: Any) -> bool:
-    """Feed one answer's reported vectors (esa) or token steps (clip_softmax, poe, mozo) to ``ev``; True
+    """Feed one answer's reported vectors (esa), token steps (clip_softmax, poe, mozo) or ksa release to ``ev``; True
     where the answer carried them."""
+    if isinstance(ev, KSAEvidence):
+        rel = getattr(obs, "ksa_release", None)
+        if rel is not None:
+            observe_ksa(ev, *rel)
+        return rel is not None
     steps = getattr(obs, "token_steps", None)
     if steps is not None and ev.kind == "gumbel":
         for values, pos in steps:
@@ -169,6 +177,10 @@ def noise_finding(ev: NoiseEvidence) -> str:
     """What the noise evidence against the claim found, for a verdict's reason."""
     if ev.impossible:
         return "; ".join(ev.impossible)
+    if isinstance(ev, KSAEvidence):
+        return (f"ksa's released k* and test outcomes are likelier with its noises below the claimed scale (the "
+                f"exponential mechanism's temperature {ev.scale:.4g} and PTR's sigma, both x 1/2, 1/4, 1/10: "
+                f"mixture of likelihood ratios {ev.e_violation:.3g})")
     if ev.kind == "gumbel":
         return (f"the released tokens are likelier at a lower temperature than the claimed {ev.scale:.4g} (mixture "
                 f"of likelihood ratios of the step laws at temperature x 1/2, 1/4, 1/10 over the claimed: "

@@ -132,9 +132,9 @@ def test_noise_evidence_flag_and_vector_residuals():
     assert ev.log_alt["noise_half"] > math.log(40.0)  # 32 draws: ~26 nats against half the scale
     ev.flag(NOT_NEAREST)
     assert ev.impossible == [NOT_NEAREST] and ev.e_violation == math.exp(INF_LOG)
-    # ksa is not covered (WHITE_BOX_GAPS): no noise evidence, whatever its design's constants
-    assert white_box_evidence(dataclasses.replace(_design("poe"), mechanism="ksa"), REQUIRED, 1.0, 1e-5) is None
-    assert set(WHITE_BOX_GAPS) == {"ksa"} and white_box_gap("ksa") == WHITE_BOX_GAPS["ksa"]
+    # a mechanism without a noise to read (one that claims nothing) gets no evidence; every private one is covered
+    assert white_box_evidence(dataclasses.replace(_design("poe"), mechanism="zero_shot"), REQUIRED, 1.0, 1e-5) is None
+    assert WHITE_BOX_GAPS == {} and white_box_gap("ksa") is None and white_box_gap("ksa", remote=True) is None
     assert white_box_gap("mozo") is None and white_box_gap("mozo", remote=True) == REMOTE_TOKEN_GAP
 
 
