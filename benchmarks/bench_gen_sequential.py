@@ -6,6 +6,8 @@
         --out benchmarks/results/issue28/gen_sequential_whitebox.json
     PYTHONPATH=. python benchmarks/bench_gen_sequential.py --inprocess --cap 100 --fixed-max 80 \
         --out benchmarks/results/issue28/gen_sequential_inprocess.json
+    PYTHONPATH=. python benchmarks/bench_gen_sequential.py --reps 100 --only mozo mozo/8 \
+        --out benchmarks/results/issue28/gen_sequential_mozo_whitebox.json
 
 ``--inprocess``: the same comparison on the bundled SmolLM2 + MiniLM (real esa and mozo in this process,
 correct, broken and full-context targets; one audit each): ``benchmarks/gen_sequential_inprocess.py``.
@@ -24,11 +26,12 @@ alternatives noise_tenth + no_noise + non_private, confidence 0.95):
   ``--reps`` audits each (cap ``--cap``): mean trials to the verdict and the verdicts' counts;
 * white-box (``gen_noise.COVERED``): the same targets seen white-box, the audit with ``white_box=True``:
   esa through ``gen_noise.ESAWhiteBoxTarget`` (esa's own noise and nearest-candidate code on the
-  design model's geometry, 384 noise draws per answer); clip_softmax and poe through
+  design model's geometry, 384 noise draws per answer); clip_softmax, poe and mozo through
   ``gen_noise_tokens.TokenWhiteBoxTarget`` (the mechanisms' own statistic, Gumbel-argmax and step
-  collector on the design model's decisive token; the non-private release reports no steps). The
-  token mechanisms also at max_tokens 8 ("clip_softmax/8", "poe/8": the claim composed over 8 tokens,
-  so a hotter temperature; 7 more private steps per answer over 20 public candidates with synthetic
+  collector on the design model's decisive token, mozo's own chooser; the non-private release reports
+  no steps). The token mechanisms also at max_tokens 8 ("clip_softmax/8", "poe/8", "mozo/8": the claim
+  composed over 8 tokens, so a hotter temperature, for mozo a smaller lam at the same tau; 7 more
+  private steps per answer over 20 public candidates (mozo: the top 10 of the shared logits) with synthetic
   unit logits, shared N(0, 2^2) + per-unit N(0, 1) per candidate: an assumption standing in for a
   model's continuation, read step by step by the white-box evidence; their black-box cells use
   ``DesignModelTarget``, whose law is the same).
@@ -51,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.audit import Canary  # noqa: E402
 from app.audit.gen_plan import smallest_trials  # noqa: E402
-from app.audit.gen_power import DEFAULT_GEN_REQUIRED, gen_design_power, generation_design  # noqa: E402
+from app.audit.gen_power import DEFAULT_GEN_REQUIRED, configured, gen_design_power, generation_design  # noqa: E402
 from app.audit.gen_queries import DEFAULT_SIGNALS, resolve_generation_query  # noqa: E402
 from app.audit.gen_noise import COVERED, ESAWhiteBoxTarget  # noqa: E402
 from app.audit.gen_noise_tokens import TokenWhiteBoxTarget  # noqa: E402
@@ -66,7 +69,8 @@ DESIGNS = {"esa": ("esa", {"partitions": 4, "shots_per_partition": 2}, 8),
            "poe": ("poe", {"experts": 1, "group_size": 8}, 1),
            "mozo": ("mozo", {"experts": 1, "group_size": 8}, 1),
            "clip_softmax/8": ("clip_softmax", {"prompts": 1, "shots_per_prompt": 8}, 8),
-           "poe/8": ("poe", {"experts": 1, "group_size": 8}, 8)}
+           "poe/8": ("poe", {"experts": 1, "group_size": 8}, 8),
+           "mozo/8": ("mozo", {"experts": 1, "group_size": 8}, 8)}
 DIMS = 384  # MiniLM: esa's noise draws per answer
 TARGETS = ("claimed", "noise_quarter", "noise_tenth", "no_noise", "non_private")
 
@@ -129,10 +133,12 @@ def main() -> None:
             for t in TARGETS:
                 row[t] = _cell(lambda t=t: DesignModelTarget(d, t), d, eps, a.reps, a.cap, attack, False)
             if mech in COVERED:
-                def wb_target(t: str, d=d, mech=mech, tokens=tokens):
+                cfg = configured(mech, {"epsilon": eps, "delta": 1e-5, **params}, len(EX), max_tokens=tokens)
+
+                def wb_target(t: str, d=d, mech=mech, tokens=tokens, cfg=cfg):
                     if mech == "esa":
                         return ESAWhiteBoxTarget(d, t)
-                    return TokenWhiteBoxTarget(d, t, extra_steps=tokens - 1)
+                    return TokenWhiteBoxTarget(d, t, extra_steps=tokens - 1, config=cfg if mech == "mozo" else None)
                 row["white_box"] = {t: _cell(lambda t=t: wb_target(t), d, eps, a.reps, a.cap, attack, True)
                                     for t in TARGETS}
             rows.append(row)
@@ -151,7 +157,7 @@ def main() -> None:
         cells = [f"{r[t]['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in r[t].items() if k != "mean_trials")
                  for t in TARGETS]
         print(f"| {r['mechanism']} | {r['claim']:g} | {fixed} | " + " | ".join(cells) + " |")
-    print(f"\nwhite-box (esa, clip_softmax, poe seen white-box; mozo's white-box audit is its black-box one)\n"
+    print(f"\nwhite-box (esa, clip_softmax, poe, mozo seen white-box)\n"
           f"| mechanism | claim | fixed (white-box; token mechanisms: black-box) | {' | '.join(TARGETS)} |")
     print("|---|---|---|" + "---|" * len(TARGETS))
     for r in rows:

@@ -20,14 +20,16 @@ Privacy", NeurIPS 2025, Section 3: e-values, test supermartingales, Ville's ineq
   monotone), or a nonzero residual where a adds none. Algorithm 3 line 11 releases the zero-shot
   candidate nearest the noisy mean: a released text that is not (``GenerationObservation.nearest``,
   in the auditor's embedding beyond float tolerance) has probability 0 under the claim too.
-* ``clip_softmax`` (ICLInf App. C, Algorithm 1) and ``poe`` decoding (PoEtry Eq. 3 + exponential
-  mechanism), in this process only: every private step releases x_t = argmax(a_t + Gumbel), i.e.
-  x_t ~ softmax(a_t), a_t = statistic_t / temperature (the mean clipped logits l(Z) over tau; the
-  summed clipped log-probabilities U times lam), -inf outside the public candidate set. The
-  mechanism's chooser hands (statistic_t, x_t) to ``app.mechanisms.step_trace``'s collector, which
-  ``GenerationMechanismTarget`` sets around its own call (never in the internals or any response).
-  The claim's scores are statistic_t / tau_claim (``GenerationDesign.scale``: tau, or 1/lam, of the
-  mechanism's own ``configure``), so P_1(x) = softmax(a_t)(x); alternative "noise x f" samples from
+* ``clip_softmax`` (ICLInf App. C, Algorithm 1), ``poe`` decoding (PoEtry Eq. 3 + exponential
+  mechanism) and ``mozo`` (DPS-MOZO / PMixED: q ~ prod_i p~_i^(1/(E tau))), in this process only:
+  every private step releases x_t = argmax(a_t + Gumbel), i.e. x_t ~ softmax(a_t),
+  a_t = statistic_t / temperature (the mean clipped logits l(Z) over tau; the summed clipped
+  log-probabilities U times lam; mozo: the mean mixed log-probability (1/E) sum_i log p~_i, padding
+  experts included, over tau), -inf outside the public candidate set. The mechanism's chooser hands
+  (statistic_t, x_t) to ``app.mechanisms.step_trace``'s collector, which ``GenerationMechanismTarget``
+  sets around its own call (never in the internals or any response). The claim's scores are
+  statistic_t / tau_claim (``GenerationDesign.scale``: tau, or 1/lam, of the mechanism's own
+  ``configure``), so P_1(x) = softmax(a_t)(x); alternative "noise x f" samples from
   softmax(a_t / f), ``no_noise`` is the argmax (either tie-break). Per step: (a) against the claim
   the factors P_f(x_t) / P_1(x_t), f = 1/2, 1/4, 1/10 (each conditional mean 1 given the past under
   the claim: a test martingale per f, their mean one too), and a released token of claimed
@@ -35,9 +37,18 @@ Privacy", NeurIPS 2025, Section 3: e-values, test supermartingales, Ville's ineq
   against ``no_noise``: a released token that is not an argmax of a_t (probability 0 under either
   tie-break; an argmax leaves it at 1). ``non_private`` (the full-context model) is no function of
   a_t: black-box only. What is assumed: the target's clean statistic is its own (trusted, as the
-  classification white-box trusts the clean votes); the evidence tests the sampling step. A remote
-  target's internals carry no statistic: black-box (``REMOTE_TOKEN_GAP``).
-* not covered (``WHITE_BOX_GAPS``: black-box only, said in the verdict's notes): mozo and ksa, see there.
+  classification white-box trusts the clean votes); the evidence tests the sampling step. For mozo
+  the statistic carries the data-dependent part (lam, the mixing with the public base, per expert by
+  default): a white-box test of the sampling temperature says nothing about it (mozo run at 100x its
+  epsilon samples at the same tau with a larger lam: only the black-box half, and the design-model
+  check it needs for a pass, can see that). A remote target's internals carry no statistic:
+  black-box (``REMOTE_TOKEN_GAP``).
+* ``ksa`` (keyword space aggregation: the exponential mechanism's k* over the count gaps, then
+  propose-test-release): ``app.audit.gen_noise_ksa``. Its internals carry the clean gaps, k* and the
+  test's outcome (in process, and through a gateway's 'internals' scope); the likelihood of (k*, pass)
+  under the claim and under each alternative (both noises x f, as gen_power_ksa's alternatives) is
+  exact. ``non_private`` is black-box only.
+* not covered (``WHITE_BOX_GAPS``: black-box only, said in the verdict's notes): none at present.
 
 The noise evidence tests the claimed *mechanism* (its noise at the calibrated scale), as the
 classification audit's white-box half does; the black-box half tests the claimed (epsilon, delta)
@@ -52,26 +63,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from app.audit.eprocess import INF_LOG, SCALE_DOWN, NoiseEvidence
+from app.audit.gen_noise_ksa import KSAEvidence, ksa_evidence, observe_ksa
 from app.audit.gen_power import GEN_ALTERNATIVES, GenerationDesign, alternative_release
 from app.audit.noise import VotingNoise
 
-TOKEN = ("clip_softmax", "poe")  # white-box through the in-process step trace (``app.mechanisms.step_trace``)
-COVERED = ("esa", *TOKEN)
+TOKEN = ("clip_softmax", "poe", "mozo")  # white-box through the in-process step trace (``app.mechanisms.step_trace``)
+COVERED = ("esa", *TOKEN, "ksa")
 REMOTE_TOKEN_GAP = ("a remote target's internals carry per step only the released token, its log-probability and "
                     "the largest probability, not the exemplar-derived score vector (which only an in-process "
                     "target hands to the auditor): the likelihood of a step under a rescaled temperature cannot be "
                     "computed")
-WHITE_BOX_GAPS: dict[str, str] = {
-    "mozo": ("its step mixes the experts' distributions with a public base at a data-dependent lambda (not a "
-             "Gumbel-argmax over one score vector): not modelled white-box yet"),
-    "ksa": ("its internals carry the gap scores with their Gumbel-noised copy and the PTR statistic, but its "
-            "alternatives rescale two noises at once (the exponential mechanism's Gumbel and PTR's Gaussian with "
-            "its threshold offset) and the released text is a greedy generation from the keywords: not modelled "
-            "white-box yet"),
-}
+WHITE_BOX_GAPS: dict[str, str] = {}  # mechanism -> why its sequential audit reads no noise
 NOT_NEAREST = ("a released text is not the zero-shot candidate nearest the reported noisy mean (esa releases the "
                "nearest: tight-auditing Algorithm 3 line 11)")
 
@@ -95,9 +99,11 @@ def white_box_evidence(design: GenerationDesign | None, alternatives: Sequence[s
     """NoiseEvidence over the claimed noise of ``design`` (esa: N(0, sigma^2) per coordinate; the token
     mechanisms: Gumbel on the scores at the claimed temperature) and each alternative's (its multiplier
     of gen_power.GEN_ALTERNATIVES; non_private: no noise for esa, not testable from the token
-    statistic: None), or None where the design's mechanism is not covered."""
+    statistic: None; ksa: ``gen_noise_ksa``), or None where the design's mechanism is not covered."""
     if design is None or design.mechanism not in COVERED:
         return None
+    if design.mechanism == "ksa":
+        return ksa_evidence(design, alternatives, claimed_epsilon, delta)
     kind = "gumbel" if design.mechanism in TOKEN else "gaussian"
     claimed = VotingNoise(kind, float(design.scale), float(claimed_epsilon), float(delta))
     alts: dict[str, VotingNoise | None] = {}
@@ -110,8 +116,13 @@ def white_box_evidence(design: GenerationDesign | None, alternatives: Sequence[s
 
 
 def observe_noise(ev: NoiseEvidence, obs: Any) -> bool:
-    """Feed one answer's reported vectors (esa) or token steps (clip_softmax, poe) to ``ev``; True
+    """Feed one answer's reported vectors (esa), token steps (clip_softmax, poe, mozo) or ksa release to ``ev``; True
     where the answer carried them."""
+    if isinstance(ev, KSAEvidence):
+        rel = getattr(obs, "ksa_release", None)
+        if rel is not None:
+            observe_ksa(ev, *rel)
+        return rel is not None
     steps = getattr(obs, "token_steps", None)
     if steps is not None and ev.kind == "gumbel":
         for values, pos in steps:
@@ -143,13 +154,14 @@ def observe_token(ev: NoiseEvidence, values: np.ndarray, pos: int) -> None:
         ev.flag(OUTSIDE)
         return
     a = np.asarray(values, dtype=float) / ev.scale
+    top = float(np.max(a))
+    shifted = a - top  # finite (the candidates' scores): log-sum-exp without scipy's per-call overhead
 
     def log_p(f: float) -> float:  # log softmax(a / f)(x_t): the step law at temperature x f
-        return float(a[pos] / f - logsumexp(a / f))
+        return float(shifted[pos] / f - np.log(np.sum(np.exp(shifted / f))))
     base = log_p(1.0)
     down = [log_p(f) - base for f in SCALE_DOWN]
     alts: dict[str, float] = {}
-    top = float(np.max(a))
     for name, alt in ev.alternatives.items():
         if alt is None or float(alt.noise_multiplier) == 1.0:
             continue
@@ -165,6 +177,10 @@ def noise_finding(ev: NoiseEvidence) -> str:
     """What the noise evidence against the claim found, for a verdict's reason."""
     if ev.impossible:
         return "; ".join(ev.impossible)
+    if isinstance(ev, KSAEvidence):
+        return (f"ksa's released k* and test outcomes are likelier with its noises below the claimed scale (the "
+                f"exponential mechanism's temperature {ev.scale:.4g} and PTR's sigma, both x 1/2, 1/4, 1/10: "
+                f"mixture of likelihood ratios {ev.e_violation:.3g})")
     if ev.kind == "gumbel":
         return (f"the released tokens are likelier at a lower temperature than the claimed {ev.scale:.4g} (mixture "
                 f"of likelihood ratios of the step laws at temperature x 1/2, 1/4, 1/10 over the claimed: "

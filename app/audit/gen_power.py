@@ -33,7 +33,8 @@ constants from its own ``configure`` (``GenerationDesign``):
   -E c (without), lam the mechanism's inverse temperature.
 * ``mozo`` (DPS-MOZO / PMixED mixing): the mechanism's own step law on the two tokens with a
   uniform base (mu = 1, or Prompt 3's zero-shot "either") and its public lam for that base:
-  log-odds w (2 - E) L (with) or -w E L (without), L = log((1 + lam)/(1 - lam)), w = 1/(E_cfg tau).
+  log-odds w (2 - E) L (with) or -w E L (without), L = log((1 + lam)/(1 - lam)), w = 1/(E_cfg tau)
+  (scale tau, the temperature it samples at: gaps tau x those log-odds).
 
 Alternatives (``GEN_ALTERNATIVES``): the claimed scale (a false alarm), the noise
 scale (ESA's sigma; the sampling temperature 1/lam or tau) times 1/2, 1/4, 1/10;
@@ -166,6 +167,21 @@ def embedding_dims(embedder: Any, text: str) -> int:
     return int(np.asarray(embedder.embed([text]), dtype=float).shape[-1])
 
 
+def configured(mechanism: str, params: Mapping[str, Any], n_exemplars: int, *, max_tokens: int) -> Any:
+    """The mechanism's own ``configure`` for ``n_exemplars`` and ``params`` (epsilon, delta, adjacency and
+    its own): the calibration the design model (and a simulated white-box target) is built from."""
+    from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
+
+    p = dict(params)
+    priv = {k: p.pop(k) for k in ("epsilon", "delta", "adjacency") if k in p}
+    req = GenerationRequest.build([("x", "y")] * max(1, n_exemplars), "q", epsilon=priv.get("epsilon"),
+                                  delta=priv.get("delta", 1e-5), adjacency=priv.get("adjacency", "replace-one"),
+                                  max_tokens=max_tokens, params=p)
+    mech = get_generation_mechanism(mechanism)
+    assert mech.configure is not None
+    return mech.configure(req)
+
+
 def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: int, *, max_tokens: int,
                       white_box: bool, distance: float | None,
                       signals: Sequence[str] | None = None, noise_dims: int = 0) -> GenerationDesign:
@@ -174,20 +190,11 @@ def generation_design(mechanism: str, params: Mapping[str, Any], n_exemplars: in
     (y1, y0), ``app.audit.gen_power_ksa``). Raises ``NoPowerModel`` for the mechanisms the model
     does not cover and the mechanism's ``MechanismParamError`` for bad params. ``noise_dims``: ESA's
     white-box run observes its noise (noisy - clean mean), that many draws per trial."""
-    from app.mechanisms.generation import GenerationRequest, get_generation_mechanism
-
     if mechanism in NOT_MODELLED:
         raise NoPowerModel(NOT_MODELLED[mechanism])
     if mechanism not in MODELLED:
         raise NoPowerModel(f"{mechanism} makes no privacy claim to audit a power for")
-    p = dict(params)
-    priv = {k: p.pop(k) for k in ("epsilon", "delta", "adjacency") if k in p}
-    req = GenerationRequest.build([("x", "y")] * max(1, n_exemplars), "q", epsilon=priv.get("epsilon"),
-                                  delta=priv.get("delta", 1e-5), adjacency=priv.get("adjacency", "replace-one"),
-                                  max_tokens=max_tokens, params=p)
-    mech = get_generation_mechanism(mechanism)
-    assert mech.configure is not None
-    cfg = mech.configure(req)
+    cfg = configured(mechanism, params, n_exemplars, max_tokens=max_tokens)
     if mechanism == "esa":
         if distance is None or not distance > 0:
             raise NoPowerModel("esa's design model needs the signal texts' embedding distance")
@@ -215,7 +222,9 @@ def _mozo_design(cfg: Any, n: int) -> GenerationDesign:
     """mozo's own step law (``mozo.step_log_probs``) on the two decisive tokens: the base is uniform on
     them (mu = 1, or the zero-shot "either" of Prompt 3), lam the public calibration for that base
     (per-expert lam equals it for the design's point masses, the worst case); the log-odds of y1
-    with and without the canary, scaled by 1/f at a temperature x f."""
+    with and without the canary, scaled by 1/f at a temperature x f. The scale is the temperature tau
+    mozo samples at (q = softmax(statistic / tau), ``mozo.trace_step``), so the gaps are tau x the
+    log-odds: the statistic's gap, which a white-box audit divides by the claimed scale."""
     from app.mechanisms import mozo
 
     e, w = int(cfg.experts), float(cfg.weight)
@@ -227,9 +236,10 @@ def _mozo_design(cfg: Any, n: int) -> GenerationDesign:
     def log_odds(z: np.ndarray) -> float:
         lq = mozo.step_log_probs(z, cand, base, lam, w, pad=pad)
         return float(lq[0] - lq[1])
-    gw = log_odds(np.array([[0.0, far]] + [[far, 0.0]] * (e - 1)))
-    go = log_odds(np.array([[far, 0.0]] * e))
-    return GenerationDesign("mozo", e, 1.0, gw, go, "logistic", coverage=_coverage(e * int(cfg.group_size), n))
+    tau = float(cfg.temperature)
+    gw = tau * log_odds(np.array([[0.0, far]] + [[far, 0.0]] * (e - 1)))
+    go = tau * log_odds(np.array([[far, 0.0]] * e))
+    return GenerationDesign("mozo", e, tau, gw, go, "logistic", coverage=_coverage(e * int(cfg.group_size), n))
 
 
 def _coverage(used: int, n: int) -> float:

@@ -30,9 +30,10 @@ stopping time, and the audit may look after every batch.
   ``gen_power.GEN_MODEL_NOTE``); the result says ``vote_model: "assumed"`` and why in its notes: a
   pass says the target is not the alternative *as that model predicts it*.
 * White-box (``white_box=True`` and a target that reports its clean and noisy statistic: esa's
-  clean and noisy mean, in-process or a gateway's internals; in-process clip_softmax and poe: each
+  clean and noisy mean, in-process or a gateway's internals; in-process clip_softmax, poe and mozo: each
   private step's clean statistic through ``app.mechanisms.step_trace``, the target's
-  ``trace_token_steps`` turned on for the audit only): ``app.audit.gen_noise`` reads the noise
+  ``trace_token_steps`` turned on for the audit only; ksa's gaps, k* and test outcome from its
+  internals, ``app.audit.gen_noise_ksa``): ``app.audit.gen_noise`` reads the noise
   with ``eprocess.NoiseEvidence``. The violation e-value is then 1/2 the black-box mixture above + 1/2
   the noise's (scaled-down likelihood ratios, events of probability 0: a zero residual, a release
   that is not the candidate nearest the noisy mean, a token outside the candidates); each
@@ -58,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from app.audit.gen_model_check import MODEL_CHECK_DELTA, fits, pairs_needed
-from app.audit.gen_noise import noise_finding, observe_noise, white_box_evidence, white_box_gap
+from app.audit.gen_noise import TOKEN, noise_finding, observe_noise, white_box_evidence, white_box_gap
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
@@ -179,13 +180,14 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
         notes.append(ASSUMED_NOTE)
     noise = white_box_evidence(design, alternatives, claimed_epsilon, delta) if white_box else None
     trace = getattr(target, "trace_token_steps", None)  # in-process token targets: app.mechanisms.step_trace
-    if noise is not None and noise.kind == "gumbel" and not callable(trace):
+    token = design is not None and design.mechanism in TOKEN  # read through the step trace only
+    if noise is not None and token and not callable(trace):
         mech = design.mechanism if design is not None else ""
         noise = None  # a remote (or any other) target offers no token statistic
         notes.append(f"white-box: {mech} is audited black-box only: {white_box_gap(mech, remote=True)}")
     elif white_box and design is not None and noise is None:
         notes.append(f"white-box: {design.mechanism} is audited black-box only: {white_box_gap(design.mechanism)}")
-    tracing = trace if noise is not None and noise.kind == "gumbel" and callable(trace) else None
+    tracing = trace if noise is not None and token and callable(trace) else None
     if tracing is not None:
         tracing(True)
     try:

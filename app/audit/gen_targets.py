@@ -1,8 +1,9 @@
 """Generation targets: the same campaign code (``app.audit.campaign``) against text answers.
 
 * :class:`GenerationMechanismTarget`: an ``app.mechanisms.generation`` mechanism run
-  here (white-box for ``esa``: the noisy mean embedding is observable; for ``clip_softmax`` and
-  ``poe`` in a white-box sequential audit: each step's clean statistic, ``trace_token_steps``).
+  here (white-box for ``esa``: the noisy mean embedding is observable; for ``clip_softmax``, ``poe``
+  and ``mozo`` in a white-box sequential audit: each step's clean statistic, ``trace_token_steps``;
+  for ``ksa`` its internals' gaps, k* and test outcome).
 * :class:`RemoteGenerationTarget`: a dpicl gateway, ``POST /v1/datasets`` (task
   generation) then ``POST /v1/private/generate`` (white-box with the 'internals' scope).
 
@@ -54,6 +55,8 @@ class GenerationObservation(Observation):
     # clean statistic over the candidates and the released token's position among them
     # (``gen_noise.compact_step``); exemplar-derived: never serialised, never in a trial row
     token_steps: tuple[tuple[np.ndarray, int], ...] | None = None
+    # white-box ksa (``gen_noise_ksa``): its internals' clean count gaps, the chosen k* and PTR's outcome
+    ksa_release: tuple[np.ndarray, int, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,10 @@ class GenerationMechanismTarget:
                                    res.internals.get("candidates"), res.internals.get("candidate_distances"))
         if steps is not None:
             obs = replace(obs, token_steps=steps)
+        if self.mechanism.name == "ksa":
+            from app.audit.gen_noise_ksa import release_of
+
+            obs = replace(obs, ksa_release=release_of(res.internals))
         if self.defence == "L3" and self._judge(context, attack, res.text):
             self.refusals += 1
             # The refusal says nothing: decided "not a member"; white-box internals unchanged.
@@ -395,11 +402,16 @@ class RemoteGenerationTarget:
         out = self._ask(context, attack, rng, self.white_box)
         internals = out.get("internals") or {}
         priv = out.get("privacy") or {}
-        return self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
-                                    priv.get("epsilon"), priv.get("delta"),
-                                    internals.get("clean_mean") if self.white_box else None,
-                                    internals.get("candidates") if self.white_box else None,
-                                    internals.get("candidate_distances") if self.white_box else None)
+        obs = self.decider.observe(out["text"], internals.get("noisy_mean") if self.white_box else None, attack,
+                                   priv.get("epsilon"), priv.get("delta"),
+                                   internals.get("clean_mean") if self.white_box else None,
+                                   internals.get("candidates") if self.white_box else None,
+                                   internals.get("candidate_distances") if self.white_box else None)
+        if self.white_box and self.mechanism == "ksa":
+            from app.audit.gen_noise_ksa import release_of
+
+            obs = replace(obs, ksa_release=release_of(internals))
+        return obs
 
     def clean_votes(self, context: Sequence[Exemplar], attack: GenerationAttack,
                     rng: np.random.Generator) -> CleanDraw:

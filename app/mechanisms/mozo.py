@@ -104,6 +104,12 @@ mid-sentence, which would force lam_t ~ 0 (pure zero-shot) at every step. The un
 share puts every base probability >= mu / |C_t|. mu = 0 is the plain zero-shot mixing of
 the paper; the default mu = 1 mixes with the uniform law over the zero-shot candidates
 (the zero-shot output then enters through C_t only), which the probe preferred.
+
+White-box audits: q is softmax(a) over C_t with a = w (sum_i log p~_i + pad log b), a Gumbel-argmax over
+the statistic (1/E)(sum_i log p~_i + pad log b) at the temperature tau; each private step goes to
+``app.mechanisms.step_trace``'s collector (``trace_step``) where an in-process audit set one, never into
+the internals. The statistic carries lam and the mixing: an audit that reads it trusts them and tests the
+sampling temperature only (``app.audit.gen_noise``).
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ from scipy.special import log_softmax, logsumexp
 
 from app.mechanisms import gen_defaults as defaults
 from app.mechanisms import sensitivity as sens
+from app.mechanisms import step_trace
 from app.mechanisms.clip_softmax import gumbel_argmax, public_top_k_param
 from app.mechanisms.errors import MechanismParamError
 from app.mechanisms.gen_common import (
@@ -522,6 +529,36 @@ def privacy(cfg: MozoConfig, req: GenerationRequest) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
+def step_law(cfg: MozoConfig, logits: np.ndarray, public_logits: np.ndarray,
+             eos: Any) -> tuple[np.ndarray, np.ndarray, float | np.ndarray, float]:
+    """One step's public candidates C_t, log q over them (``step_log_probs``: the law the token is drawn
+    from), lam (one, or one per expert) and the base's smallest probability (module doc)."""
+    v = np.asarray(public_logits).reshape(-1).size
+    cand = (np.arange(v) if cfg.public_top_k is None
+            else public_candidates(public_logits, cfg.public_top_k, sorted(eos)))
+    base = base_distribution(public_logits, cand, cfg.uniform_mix)
+    m1, m2 = two_smallest(base)
+    lam: float | np.ndarray
+    if cand.size <= 1:
+        lam = 0.0
+    elif cfg.lambda_mode == "per_expert":
+        lam = per_expert_lambdas(logits, cand, base, cfg.epsilon_per_token, cfg.weight, cfg.lambda_max)
+    else:
+        lam = calibrate_lambda(cfg.epsilon_per_token, cfg.weight, m1, m2, cfg.lambda_max)
+    return cand, step_log_probs(logits, cand, base, lam, cfg.weight, pad=cfg.weight_experts - cfg.experts), lam, m1
+
+
+def trace_step(cand: np.ndarray, log_q: np.ndarray, vocab: int, temperature: float, token: int) -> None:
+    """Hand the step to an in-process white-box audit's collector where one is set (``step_trace``; never
+    into the internals): q = softmax(a) over C_t with a = log q = w (sum_i log p~_i + pad log b) - log Z,
+    w = 1/(E tau), i.e. a Gumbel-argmax over the statistic (1/E)(sum_i log p~_i + pad log b) at the
+    temperature tau the mechanism samples at (-inf outside C_t)."""
+    if step_trace.active():
+        scores = np.full(int(vocab), -np.inf)
+        scores[cand] = log_q
+        step_trace.record(scores, temperature, token)
+
+
 def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
     def choose(logits: np.ndarray, public_logits: np.ndarray | None = None) -> tuple[int, dict[str, Any]]:
         if public_logits is None:
@@ -535,21 +572,10 @@ def chooser(cfg: MozoConfig, rng: np.random.Generator, eos: Any) -> Any:
                 raise RuntimeError("subsampled mozo needs one row per exemplar")
             subset = np.sort(rng.choice(rows.shape[0], size=cfg.experts, replace=False))
             logits = rows[subset]
-        v = np.asarray(public_logits).reshape(-1).size
-        cand = (np.arange(v) if cfg.public_top_k is None
-                else public_candidates(public_logits, cfg.public_top_k, sorted(eos)))
-        base = base_distribution(public_logits, cand, cfg.uniform_mix)
-        m1, m2 = two_smallest(base)
-        lam: float | np.ndarray
-        if cand.size <= 1:
-            lam = 0.0
-        elif cfg.lambda_mode == "per_expert":
-            lam = per_expert_lambdas(logits, cand, base, cfg.epsilon_per_token, cfg.weight, cfg.lambda_max)
-        else:
-            lam = calibrate_lambda(cfg.epsilon_per_token, cfg.weight, m1, m2, cfg.lambda_max)
-        lq = step_log_probs(logits, cand, base, lam, cfg.weight, pad=cfg.weight_experts - cfg.experts)
+        cand, lq, lam, m1 = step_law(cfg, logits, public_logits, eos)
         i = gumbel_argmax(lq, rng)
         tok = int(cand[i])
+        trace_step(cand, lq, np.asarray(public_logits).reshape(-1).size, cfg.temperature, tok)
         info: dict[str, Any] = {"token": tok, "log_prob": float(lq[i]), "max_prob": float(np.exp(lq.max())),
                                 "candidates": int(cand.size), "lambda": float(np.mean(lam)), "base_min": m1}
         if subset is not None:

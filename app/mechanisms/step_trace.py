@@ -4,7 +4,9 @@ Every private step of ``clip_softmax`` (ICLInf App. C, Algorithm 1) and ``poe`` 
 Eq. 3 + exponential mechanism) draws its token by Gumbel-argmax over a score vector
 a_t = statistic_t / temperature (clip_softmax: the mean clipped logits l(Z) over tau; poe: the summed
 clipped log-probabilities U times lam, temperature 1/lam), -inf outside the public candidate set:
-``clip_softmax.private_chooser``. A white-box auditor in this process (``app.audit``'s
+``clip_softmax.private_chooser``. ``mozo`` (DPS-MOZO / PMixED) draws from q ~ prod_i p~_i^(1/(E tau)), the
+same Gumbel-argmax over the statistic (1/E) sum_i log p~_i (padding experts included) at temperature tau:
+``mozo.trace_step``. A white-box auditor in this process (``app.audit``'s
 ``GenerationMechanismTarget``) needs the statistic to compute the likelihood of each released token
 under the claimed temperature and under the alternatives' (``app.audit.gen_noise``).
 

@@ -169,7 +169,8 @@ def test_token_mechanisms_closed_form_is_their_own_step_law(units):
 def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
     """mozo's step law on the two decisive tokens (uniform base, public lam) has the closed form
     log-odds w (2 - E) L with the canary and -w E L without, L = log((1 + lam)/(1 - lam)),
-    w = 1/(E_cfg tau): the padded zero-shot experts cancel out of the odds."""
+    w = 1/(E_cfg tau): the padded zero-shot experts cancel out of the odds. The design's scale is the
+    temperature tau mozo samples at, its gaps tau x those log-odds (the statistic's gap)."""
     from app.mechanisms import mozo
     from app.mechanisms.generation import GenerationRequest
 
@@ -183,8 +184,9 @@ def test_mozo_design_is_the_closed_form_of_its_mixing(experts):
     w = cfg.weight
     lam = mozo.calibrate_lambda(cfg.epsilon_per_token, w, 0.5, 0.5)
     big_l = math.log((1 + lam) / (1 - lam))
-    assert d.gap_with == pytest.approx(w * (2 - built) * big_l, rel=1e-9, abs=1e-12)
-    assert d.gap_without == pytest.approx(-w * built * big_l, rel=1e-9)
+    assert d.scale == cfg.temperature
+    assert d.gap_with / d.scale == pytest.approx(w * (2 - built) * big_l, rel=1e-9, abs=1e-12)
+    assert d.gap_without / d.scale == pytest.approx(-w * built * big_l, rel=1e-9)
     # the bound the calibration keeps: the step's log-ratio range 2 w L <= eps_tok
     assert 2 * w * big_l <= cfg.epsilon_per_token * (1 + 1e-12)
 

@@ -147,3 +147,26 @@ def test_clip_softmax_sequential_job_reads_the_token_steps_in_process(client):
     assert set(wb["e_alternatives"]) == {"noise_tenth", "no_noise"} and wb["e_alternatives"]["no_noise"] >= 20
     assert j["verdict"] == "pass" and "white-box" in seq["decided_by"] and seq["trials"] <= 10, j["verdict_reason"]
     assert "statistic" not in json.dumps(j["result"]) and "token_steps" not in json.dumps(j["result"])
+
+
+def test_mozo_sequential_job_reads_the_token_steps_in_process(client):
+    """The real mozo on the bundled SmolLM2 (2 experts x 1 shot, temperature 0.5, not the default;
+    public top-10 + EOS, 6 tokens, claim epsilon 2), alternatives noise_tenth + no_noise, threat_model
+    "both": the audit reads each private step's statistic (the mean mixed log-probability) through the
+    in-process collector at mozo's own temperature and passes on it within a few trials; nothing of the
+    statistic reaches the stored result."""
+    import json
+
+    target = {"type": "mechanism", "mechanism": "mozo",
+              "params": {"epsilon": 2.0, "delta": 1e-5, "experts": 2, "group_size": 1, "temperature": 0.5}}
+    job = submit(client, "canary_mia", {**SEQ, "target": target, "trials": 40, "threat_model": "both",
+                                        "power": {"alternatives": ["noise_tenth", "no_noise"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    seq = j["result"]["sequential"]
+    wb = seq["white_box"]
+    print("mozo sequential:", j["verdict"], seq["trials"], seq["e_alternatives"], wb, f"{seq['seconds']:.1f}s")
+    assert wb["noise"] == "gumbel" and wb["temperature"] == 0.5 and wb["answers_read"] == seq["trials"]
+    assert wb["impossible"] == [] and set(wb["e_alternatives"]) == {"noise_tenth", "no_noise"}
+    assert j["verdict"] == "pass" and "white-box" in seq["decided_by"] and seq["trials"] <= 10, j["verdict_reason"]
+    assert "statistic" not in json.dumps(j["result"]) and "token_steps" not in json.dumps(j["result"])

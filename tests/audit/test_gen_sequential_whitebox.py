@@ -11,13 +11,21 @@ nearest candidate; mechanisms without noise in their internals stay black-box an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from app.audit.eprocess import INF_LOG, NoiseEvidence
-from app.audit.gen_noise import NOT_NEAREST, WHITE_BOX_GAPS, ESAWhiteBoxTarget, white_box_evidence
+from app.audit.gen_noise import (
+    NOT_NEAREST,
+    REMOTE_TOKEN_GAP,
+    WHITE_BOX_GAPS,
+    ESAWhiteBoxTarget,
+    white_box_evidence,
+    white_box_gap,
+)
 from app.audit.gen_power import GEN_ALTERNATIVES
 from app.audit.gen_sequential import run_gen_sequential
 from app.audit.noise import VotingNoise
@@ -124,24 +132,25 @@ def test_noise_evidence_flag_and_vector_residuals():
     assert ev.log_alt["noise_half"] > math.log(40.0)  # 32 draws: ~26 nats against half the scale
     ev.flag(NOT_NEAREST)
     assert ev.impossible == [NOT_NEAREST] and ev.e_violation == math.exp(INF_LOG)
-    assert white_box_evidence(_design("mozo"), REQUIRED, 1.0, 1e-5) is None
+    # a mechanism without a noise to read (one that claims nothing) gets no evidence; every private one is covered
+    assert white_box_evidence(dataclasses.replace(_design("poe"), mechanism="zero_shot"), REQUIRED, 1.0, 1e-5) is None
+    assert WHITE_BOX_GAPS == {} and white_box_gap("ksa") is None and white_box_gap("ksa", remote=True) is None
+    assert white_box_gap("mozo") is None and white_box_gap("mozo", remote=True) == REMOTE_TOKEN_GAP
 
 
 @pytest.mark.parametrize("mech", ["clip_softmax", "poe", "mozo"])
 def test_token_mechanisms_without_a_step_trace_stay_black_box_and_say_why(mech):
-    """mozo's internals carry no noise draw; clip_softmax and poe are read white-box only through an
-    in-process target's step trace (``tests/audit/test_gen_sequential_tokens.py``), which a target
+    """clip_softmax, poe and mozo are read white-box only through an in-process target's step trace
+    (``tests/audit/test_gen_sequential_tokens.py``, ``test_gen_sequential_mozo.py``), which a target
     that offers none (a gateway; here the design model's black-box release) lacks: white_box=True
     changes nothing but a note."""
-    from app.audit.gen_noise import REMOTE_TOKEN_GAP
     from app.audit.gen_sequential import DesignModelTarget
 
     d = _design(mech)
     wb = _audits(DesignModelTarget(d), d, runs=20, white_box=True)
     bb = _audits(DesignModelTarget(d), d, runs=20, white_box=False)
     assert [(r.verdict, r.trials) for r in wb] == [(r.verdict, r.trials) for r in bb]
-    gap = WHITE_BOX_GAPS[mech] if mech == "mozo" else REMOTE_TOKEN_GAP
-    assert any(gap in n for n in wb[0].notes) and wb[0].white_box == {}
+    assert any(REMOTE_TOKEN_GAP in n for n in wb[0].notes) and wb[0].white_box == {}
     assert wb[0].decided_by == "black-box"
 
 
@@ -164,8 +173,6 @@ def test_real_esa_code_white_box():
         """BUG: releases the candidate farthest from the noisy mean (internals unchanged)."""
 
         def _run(self, context, attack, rng):
-            import dataclasses
-
             res = super()._run(context, attack, rng)
             i = int(np.argmax(res.internals["candidate_distances"]))
             return dataclasses.replace(res, text=res.internals["candidates"][i])

@@ -117,8 +117,9 @@ def generation_power(res: Any, target: Any, n_exemplars: int, claim: float, conf
     d = rep.to_dict()
     if check is not None and check.enough and not check.fits:
         d["advice"] = ("no trial count makes this a pass: the target's releases do not follow the design model the "
-                       "detection rests on; audit it white-box where it reports its noise (esa; in process: "
-                       "clip_softmax, poe), or choose a query / signal texts that the target's model follows")
+                       "detection rests on. White-box evidence decides the noise alternatives without that model "
+                       "(esa, ksa; in process also clip_softmax, poe, mozo, with \"mode\": \"sequential\"), and "
+                       "non_private too for esa; otherwise choose signal texts that the target's model follows")
     elif not rep.sufficient:
 
         def again(n: int) -> Any:

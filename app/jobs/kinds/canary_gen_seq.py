@@ -10,9 +10,9 @@ pass). ``ksa``'s design model needs the signal texts (its keywords): they are pa
 
 White-box (``threat_model`` "white-box" or "both", the default, on a mechanism target, or a remote
 target with ``white_box``): the audit also reads the noise the target reports (``app.audit.gen_noise``:
-esa's clean and noisy mean; in-process clip_softmax and poe: each step's clean statistic through
-``app.mechanisms.step_trace``, never serialised); for the other mechanisms, and a remote target's token
-mechanism, a note says why they stay black-box.
+esa's clean and noisy mean; ksa's gaps, k* and PTR outcome; in-process clip_softmax, poe and mozo: each
+step's clean statistic through ``app.mechanisms.step_trace``, never serialised); a remote target's token
+mechanism, and a target that reports no internals, stay black-box with a note saying why.
 """
 
 from __future__ import annotations
