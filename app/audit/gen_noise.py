@@ -52,11 +52,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from app.audit.eprocess import INF_LOG, SCALE_DOWN, NoiseEvidence
 from app.audit.gen_power import GEN_ALTERNATIVES, GenerationDesign, alternative_release
 from app.audit.noise import VotingNoise
+from app.mechanisms.lse import logsumexp1d
 
 TOKEN = ("clip_softmax", "poe")  # white-box through the in-process step trace (``app.mechanisms.step_trace``)
 COVERED = ("esa", *TOKEN)
@@ -145,7 +145,7 @@ def observe_token(ev: NoiseEvidence, values: np.ndarray, pos: int) -> None:
     a = np.asarray(values, dtype=float) / ev.scale
 
     def log_p(f: float) -> float:  # log softmax(a / f)(x_t): the step law at temperature x f
-        return float(a[pos] / f - logsumexp(a / f))
+        return float(a[pos] / f - logsumexp1d(a / f))
     base = log_p(1.0)
     down = [log_p(f) - base for f in SCALE_DOWN]
     alts: dict[str, float] = {}
