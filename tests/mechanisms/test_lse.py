@@ -1,8 +1,8 @@
 """``app.mechanisms.lse.logsumexp1d`` is scipy's logsumexp bit for bit: on random score vectors (sizes
 1-300, ties at the top, wide magnitudes, -inf entries as outside a public candidate set; nan, +inf,
 overflow, other shapes and dtypes handed to scipy), and through whole white-box token audits (the
-chooser's log-probability and the step laws of ``app.audit.gen_noise``: the same verdicts, trials and
-e-values with scipy's logsumexp swapped back in)."""
+chooser's log-probability and the step laws of ``app.audit.gen_noise``, ``logsumexp_rows``: the same
+verdicts, trials and e-values with scipy's logsumexp swapped back in)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from app.mechanisms.lse import logsumexp1d
+from app.mechanisms.lse import logsumexp1d, logsumexp_rows
 
 
 def _vectors():
@@ -44,8 +44,30 @@ def test_logsumexp1d_is_scipys_bit_for_bit():
     assert n > 4000
 
 
+def test_logsumexp_rows_is_scipys_per_row_bit_for_bit():
+    """Each row as scipy's logsumexp of that row: the white-box step laws a / f (f = 1, 1/2, 1/4, 1/10,
+    and an alternative's), over candidates of every size; rows with -inf entries and non-finite rows."""
+    n = 0
+    for x in _vectors():
+        if x.ndim != 1 or x.dtype != np.float64 or x.size == 0:
+            continue
+        with np.errstate(over="ignore"):  # the largest float over 0.1: inf, scipy's fallback
+            rows = x[None, :] / np.array([1.0, 0.5, 0.25, 0.1, 0.3])[:, None]
+        got = logsumexp_rows(rows)
+        for r, g in zip(rows, got):
+            want = float(logsumexp(r))
+            assert (np.isnan(want) and np.isnan(g)) or g == want, (r, g, want)
+            n += 1
+    assert n > 20000
+    assert logsumexp_rows(np.ones((2, 3), dtype=np.float32)).tolist() == [float(logsumexp(np.ones(3, np.float32)))] * 2
+
+
 def _scipy(x):
     return float(logsumexp(x))
+
+
+def _scipy_rows(x):
+    return np.array([float(logsumexp(r)) for r in x])
 
 
 @pytest.mark.parametrize("mech,units,alt,runs", [("clip_softmax", 1, "claimed", 3), ("poe", 2, "no_noise", 20),
@@ -59,7 +81,8 @@ def test_white_box_token_audits_are_unchanged(mech, units, alt, runs):
 
     d = _design(mech, units, tokens=4)
     fast = _audits(TokenWhiteBoxTarget(d, alt, extra_steps=3), d, runs=runs)
-    with mock.patch.object(gen_noise, "logsumexp1d", _scipy), mock.patch.object(clip_softmax, "logsumexp1d", _scipy):
+    with mock.patch.object(gen_noise, "logsumexp_rows", _scipy_rows), \
+            mock.patch.object(clip_softmax, "logsumexp1d", _scipy):
         slow = _audits(TokenWhiteBoxTarget(d, alt, extra_steps=3), d, runs=runs)
     assert [r.verdict for r in fast] == [r.verdict for r in slow]
     for f, s in zip(fast, slow):
