@@ -68,6 +68,7 @@ from app.audit.eprocess import INF_LOG, SCALE_DOWN, NoiseEvidence
 from app.audit.gen_noise_ksa import KSAEvidence, ksa_evidence, observe_ksa
 from app.audit.gen_power import GEN_ALTERNATIVES, GenerationDesign, alternative_release
 from app.audit.noise import VotingNoise
+from app.mechanisms.lse import logsumexp_rows
 
 TOKEN = ("clip_softmax", "poe", "mozo")  # white-box through the in-process step trace (``app.mechanisms.step_trace``)
 COVERED = ("esa", *TOKEN, "ksa")
@@ -154,13 +155,16 @@ def observe_token(ev: NoiseEvidence, values: np.ndarray, pos: int) -> None:
         ev.flag(OUTSIDE)
         return
     a = np.asarray(values, dtype=float) / ev.scale
+    scales = [m for m in dict.fromkeys((1.0, *SCALE_DOWN, *(float(alt.noise_multiplier) for alt in
+                                                           ev.alternatives.values() if alt is not None)))
+              if m != 0.0]
+    # log softmax(a / f)(x_t), the step law at temperature x f, for every f at once (logsumexp_rows: per row
+    # the arithmetic of scipy's logsumexp(a / f))
+    lse = logsumexp_rows(a[None, :] / np.asarray(scales)[:, None])
+    log_p = {f: float(a[pos] / f - v) for f, v in zip(scales, lse)}
+    base = log_p[1.0]
+    down = [log_p[f] - base for f in SCALE_DOWN]
     top = float(np.max(a))
-    shifted = a - top  # finite (the candidates' scores): log-sum-exp without scipy's per-call overhead
-
-    def log_p(f: float) -> float:  # log softmax(a / f)(x_t): the step law at temperature x f
-        return float(shifted[pos] / f - np.log(np.sum(np.exp(shifted / f))))
-    base = log_p(1.0)
-    down = [log_p(f) - base for f in SCALE_DOWN]
     alts: dict[str, float] = {}
     for name, alt in ev.alternatives.items():
         if alt is None or float(alt.noise_multiplier) == 1.0:
@@ -169,7 +173,7 @@ def observe_token(ev: NoiseEvidence, values: np.ndarray, pos: int) -> None:
         if m == 0.0:  # the argmax, either tie-break: a non-argmax release has probability 0 there
             alts[name] = 0.0 if a[pos] >= top - 1e-9 * max(1.0, abs(top)) else INF_LOG
         else:
-            alts[name] = base - log_p(m)
+            alts[name] = base - log_p[m]
     ev.add_log_ratios(down, alts)
 
 

@@ -102,9 +102,9 @@ class TokenWhiteBoxTarget:
 
         if self.design.mechanism == "mozo":
             return self._mozo_step(logits, public, rng, first)
-        stat = self.statistic(logits)
         tau = float(self.design.scale)
         if self.f == 0.0:  # deterministic decoding: the argmax, a clean tie broken for or against y1 (token 0)
+            stat = self.statistic(logits)
             top = np.flatnonzero(stat >= stat.max() - 1e-12 * max(1.0, abs(float(stat.max()))))
             tok = int(top[0] if self.ties == "positive" or not first else top[-1])
             step_trace.record(stat / tau, tau, tok)

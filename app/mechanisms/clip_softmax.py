@@ -46,6 +46,7 @@ from scipy.special import logsumexp
 from app.mechanisms import sensitivity as sens
 from app.mechanisms import step_trace
 from app.mechanisms.errors import MechanismParamError
+from app.mechanisms.lse import logsumexp1d
 from app.mechanisms.gen_common import (
     GenerationRequest,
     GenerationResult,
@@ -152,7 +153,7 @@ def private_chooser(score_fn: Any, rng: np.random.Generator, public_top_k: int |
         tok = gumbel_argmax(a, rng)
         if temperature is not None:
             step_trace.record(a, temperature, tok)
-        norm = float(logsumexp(a))
+        norm = logsumexp1d(a)
         info = {"token": tok, "log_prob": float(a[tok]) - norm, "max_prob": float(np.exp(np.max(a) - norm))}
         if cand is not None:
             info["candidates"] = int(cand.size)

@@ -345,3 +345,18 @@ def test_white_box_split_law_matches_a_direct_sum(trials, coverage, claim):
             want += stats.hypergeom.pmf(m, trials, half, k) * detection_probability(
                 coverage, 0.0, c1, c0, claim, confidence=conf, delta=1e-5)
     assert _split_detection(trials, 0.5, claim, conf, 1e-5, coverage) == pytest.approx(want, abs=1e-12)
+
+
+def test_remembered_release_laws_are_the_designs_own():
+    """``alternative_release`` (remembered per design, alternative and tie-break) equals the design's
+    ``release`` computed afresh, for every alternative and both tie-breaks, asked twice."""
+    from app.audit.gen_power import GEN_ALTERNATIVES, alternative_release
+
+    for mech, params in (("esa", {"epsilon": 1.0, "delta": 1e-5, "partitions": 2}),
+                         ("clip_softmax", {"epsilon": 2.0, "delta": 1e-5, "prompts": 2}),
+                         ("poe", {"epsilon": 1.0, "delta": 1e-5, "experts": 4})):
+        d = _design(mech, params, distance=0.6 if mech == "esa" else None)
+        for _ in range(2):
+            for name, f in GEN_ALTERNATIVES.items():
+                for tie in ("positive", "other"):
+                    assert alternative_release(d, name, tie) == d.release(f, tie), (mech, name, tie)
