@@ -160,17 +160,26 @@ def test_esa_audit_with_planned_trials_passes(client):
     assert j["verdict"] == "pass", r["verdict_reason"]
 
 
-def test_ksa_audit_with_planned_trials_checks_the_design_model(client):
+def test_ksa_audit_with_planned_trials_checks_the_design_model(client, database_url):
     """A ksa audit through the jobs API on the bundled models: trials 'auto' plans the design on the
     worker (claim 0.5, alternative non_private), with the pairs the design-model check needs, and the
     verdict's power is the plan's (app.audit.gen_power_ksa). The black-box pass rests on that model,
     and SmolLM2 behind ksa does not follow it (the release does not track the canary as the claimed
     law says), so the verdict is inconclusive and says why -- not the pass the model would predict."""
     target = {**KSA, "params": {**KSA["params"], "epsilon": 0.5}}
-    job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
-                                        "canary": {"type": "false_fact"}, "threat_model": "black-box",
-                                        "trials": "auto", "max_tokens": 6, "seed": 13,
-                                        "power": {"alternatives": ["non_private"]}})
+    config = {"task": "generation", "target": target, "dataset": {"size": 4}, "canary": {"type": "false_fact"},
+              "threat_model": "black-box", "trials": "auto", "max_tokens": 6, "seed": 13,
+              "power": {"alternatives": ["non_private"]}}
+    if not database_url.startswith("sqlite"):
+        # The same job's SQL (result, power report, verdict) on PostgreSQL with 6 trials: too few for the
+        # check, which the verdict says; the shared 2-core machine runs the planned count once, on SQLite.
+        j = wait_job(client, submit(client, "canary_mia", {**config, "trials": 6})["id"], timeout=900)
+        assert j["status"] == "succeeded", j
+        r = j["result"]
+        assert r["trials_total"] == 6 and j["verdict"] == "inconclusive"
+        assert "rests on the design model" in r["verdict_reason"], r["verdict_reason"]
+        return
+    job = submit(client, "canary_mia", config)
     j = wait_job(client, job["id"], timeout=900)
     assert j["status"] == "succeeded", j
     r = j["result"]
