@@ -16,7 +16,8 @@ def bench():
 
 def test_esa_cell_plans_and_decides_white_box_after_one_pair(bench, lm, embedder):
     """Claim 1, cap 2: the planner's fixed counts (no black-box count could pass this 2-partition
-    design; white-box + black-box 28 trials) are reported and the fixed audit is not run (fixed_max
+    design; white-box + black-box 14, the white-box split's minimum: the noise test sees every
+    alternative) are reported and the fixed audit is not run (fixed_max
     0) with why; the white-box sequential audit passes the correct esa and finds the one run at 100x
     the claimed epsilon (sigma / ~100) after one pair on the noise; black-box one pair decides
     neither (the violation test needs >= 7 pairs won at claim 1). Every cell counts its generate
@@ -24,7 +25,7 @@ def test_esa_cell_plans_and_decides_white_box_after_one_pair(bench, lm, embedder
     out = bench.inprocess(lm, embedder, mechanisms=("esa",), epsilons=(1.0,), targets=("correct", "broken"),
                           cap=2, fixed_max=0)
     (row,) = out["rows"]
-    assert row["fixed_planned"] == {"black-box": None, "white-box": 28}, row["fixed_planned"]
+    assert row["fixed_planned"] == {"black-box": None, "white-box": 14}, row["fixed_planned"]
     cells = row["targets"]
     for kind, want in (("correct", "pass"), ("broken", "violation")):
         c = cells[kind]
@@ -32,7 +33,7 @@ def test_esa_cell_plans_and_decides_white_box_after_one_pair(bench, lm, embedder
         wb, bb = c["sequential_white_box"], c["sequential_black_box"]
         assert (wb["verdict"], wb["decided_by"], wb["model_calls"]) == (want, "white-box", 2), (kind, wb["reason"])
         assert (bb["verdict"], bb["model_calls"], bb["trials"]) == ("inconclusive", 2, 2), (kind, bb["reason"])
-    assert "| esa | 1 | broken | None / 28 | not run |" in bench.table(out)
+    assert "| esa | 1 | broken | None / 14 | not run |" in bench.table(out)
 
 
 def test_fixed_audit_of_the_broken_target_checks_the_claimed_sigma(bench, lm, embedder):
