@@ -166,7 +166,9 @@ def test_ksa_audit_with_planned_trials_checks_the_design_model(client, database_
     verdict's power is the plan's (app.audit.gen_power_ksa). The black-box pass rests on that model,
     and SmolLM2 behind ksa does not follow it (the release does not track the canary as the claimed
     law says), so the verdict is inconclusive and says why -- not the pass the model would predict."""
-    target = {**KSA, "params": {**KSA["params"], "epsilon": 0.5}}
+    # one partition: 2 prompts per trial (the partition's and the zero-shot one), where 4 take 5; the plan's
+    # count is the check's pairs either way (68 trials)
+    target = {**KSA, "params": {**KSA["params"], "epsilon": 0.5, "partitions": 1}}
     config = {"task": "generation", "target": target, "dataset": {"size": 4}, "canary": {"type": "false_fact"},
               "threat_model": "black-box", "trials": "auto", "max_tokens": 6, "seed": 13,
               "power": {"alternatives": ["non_private"]}}
