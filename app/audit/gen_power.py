@@ -405,25 +405,31 @@ def claim_of(mechanism: str, params: Mapping[str, Any], n_exemplars: int, max_to
 
 def assess_generation_power(result: Any, target: Any, n_exemplars: int, claimed_epsilon: float, *,
                             required: Sequence[str] = DEFAULT_GEN_REQUIRED,
-                            min_detection: float = DEFAULT_MIN_DETECTION) -> PowerReport:
+                            min_detection: float = DEFAULT_MIN_DETECTION,
+                            design: GenerationDesign | None = None) -> PowerReport:
     """The power report of a finished generation campaign (``app.audit.campaign``) against the
     claim: ``gen_design_power`` with the campaign's own design (mechanism params, answer length,
     trials, threat models, threshold split) and the signal distance measured by the audit's
-    embedder. Raises ``NoPowerModel`` (with why) where the design model does not apply."""
-    attack = result.attack
+    embedder (``design``: that design where the caller already built it with ``assess_design``).
+    Raises ``NoPowerModel`` (with why) where the design model does not apply."""
+    require_modelled(result, target)
     cfg = result.config
-    if getattr(attack, "decision", "signal") != "signal":
-        raise NoPowerModel("the repeat attack's score is thresholded: the design model covers the signal query")
-    if cfg.mode != "direct" or cfg.insertion != "paired":
-        raise NoPowerModel("the design model covers direct, paired trials")
-    if getattr(target, "defence", "none") == "L3":
-        raise NoPowerModel("the L3 judge replaces answers after the noise")
-    design = assess_design(result, target, n_exemplars)
+    design = design if design is not None else assess_design(result, target, n_exemplars)
     tms = tuple(result.estimates)
     return gen_design_power(design, trials=len(result.trials), claimed_epsilon=claimed_epsilon,
                             confidence=result.confidence, threat_models=tms, delta=result.delta,
                             threshold_fraction=cfg.threshold_fraction, required=required,
                             min_detection=min_detection)
+
+
+def require_modelled(result: Any, target: Any) -> None:
+    """Raise ``NoPowerModel`` (with why) where the design model does not cover this campaign."""
+    if getattr(result.attack, "decision", "signal") != "signal":
+        raise NoPowerModel("the repeat attack's score is thresholded: the design model covers the signal query")
+    if result.config.mode != "direct" or result.config.insertion != "paired":
+        raise NoPowerModel("the design model covers direct, paired trials")
+    if getattr(target, "defence", "none") == "L3":
+        raise NoPowerModel("the L3 judge replaces answers after the noise")
 
 
 def assess_design(result: Any, target: Any, n_exemplars: int) -> GenerationDesign:

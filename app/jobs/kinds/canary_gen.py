@@ -105,14 +105,21 @@ def generation_power(res: Any, target: Any, n_exemplars: int, claim: float, conf
     """``{"power": report}`` (with ``advice``: the smallest trial count of this design that could
     pass, where this one cannot), or ``{"power": None, "power_unknown": why}``."""
     from app.audit.gen_plan import smallest_trials
-    from app.audit.gen_power import NoPowerModel, assess_design, assess_generation_power, gen_design_power
+    from app.audit.gen_power import (
+        NoPowerModel,
+        assess_design,
+        assess_generation_power,
+        gen_design_power,
+        require_modelled,
+    )
 
     try:
+        require_modelled(res, target)
+        design = assess_design(res, target, n_exemplars)  # embeds the signal texts: once, for the report and check
         rep = assess_generation_power(res, target, n_exemplars, claim, required=config.power.alternatives,
-                                      min_detection=config.power.min_detection)
+                                      min_detection=config.power.min_detection, design=design)
     except NoPowerModel as exc:
         return {"power": None, "power_unknown": str(exc)}
-    design = assess_design(res, target, n_exemplars)
     check = _model_check(rep, design, res)
     d = rep.to_dict()
     if check is not None and check.enough and not check.fits:
