@@ -51,6 +51,18 @@ def _audits(target, design, eps: float = 1.0, cap: int = 400, runs: int = RUNS, 
             for seed in range(runs)]
 
 
+def fresh_audits(make, design, runs: int, *, eps: float, cap: int = 200, white_box: bool = True,
+                 alternatives=REQUIRED):
+    """``runs`` audits seeded 0 .. runs - 1, each of a fresh ``make()`` target (white-box by default)."""
+    return [run_gen_sequential(make(), EX, ATTACK, claimed_epsilon=eps, delta=1e-5, design=design,
+                               alternatives=alternatives, alpha=ALPHA, cap=cap, rng=np.random.default_rng(seed),
+                               white_box=white_box) for seed in range(runs)]
+
+
+def verdict_counts(res) -> dict[str, int]:
+    v = [r.verdict for r in res]
+    return {k: v.count(k) for k in set(v)}
+
 class BoundaryRelease:
     """A generation release exactly at its claim, the least favourable correct one for the violation
     test: y1 with probability e^eps / (1 + e^eps) with the canary, 1 / (1 + e^eps) without (pair

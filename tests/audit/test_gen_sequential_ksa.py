@@ -13,6 +13,8 @@ at 25x its epsilon is a white-box violation; the internals parse after a JSON ro
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import math
 
@@ -28,18 +30,11 @@ from app.mechanisms import aggregate as agg
 from app.mechanisms import ksa
 from tests.audit.test_gen_power import EX
 from tests.audit.test_gen_power_ksa import _design, ksa_params, ksa_target
-from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, RUNS, _limit
+from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, RUNS, _limit, fresh_audits
+from tests.audit.test_gen_sequential import verdict_counts as _counts
 
 
-def _audits(make, design, runs: int, *, eps: float = 2.0, cap: int = 200, white_box: bool = True):
-    return [run_gen_sequential(make(), EX, ATTACK, claimed_epsilon=eps, delta=1e-5, design=design,
-                               alternatives=REQUIRED, alpha=ALPHA, cap=cap, rng=np.random.default_rng(seed),
-                               white_box=white_box) for seed in range(runs)]
-
-
-def _counts(res) -> dict[str, int]:
-    v = [r.verdict for r in res]
-    return {k: v.count(k) for k in set(v)}
+_audits = partial(fresh_audits, eps=2.0)
 
 
 def test_the_likelihoods_are_ksas_own_laws():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import replace
+from functools import partial
 from unittest import mock
 
 import numpy as np
@@ -31,7 +32,8 @@ from app.audit.gen_power import configured, generation_design
 from app.audit.gen_sequential import run_gen_sequential
 from app.mechanisms import mozo, step_trace
 from tests.audit.test_gen_power import EX, TEMPLATE, SignalEmbedder
-from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, _limit
+from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, _limit, fresh_audits
+from tests.audit.test_gen_sequential import verdict_counts as _counts
 from tests.audit.test_gen_sequential_tokens import SignalDecodeLM, _served
 
 
@@ -45,16 +47,7 @@ def _sim(eps: float = 1.0, tokens: int = 1, **own):
     return d, configured("mozo", p, len(EX), max_tokens=tokens)
 
 
-def _audits(make, design, runs: int, *, eps: float = 1.0, cap: int = 200, white_box: bool = True,
-            alternatives=REQUIRED):
-    return [run_gen_sequential(make(), EX, ATTACK, claimed_epsilon=eps, delta=1e-5, design=design,
-                               alternatives=alternatives, alpha=ALPHA, cap=cap, rng=np.random.default_rng(seed),
-                               white_box=white_box) for seed in range(runs)]
-
-
-def _counts(res) -> dict[str, int]:
-    v = [r.verdict for r in res]
-    return {k: v.count(k) for k in set(v)}
+_audits = partial(fresh_audits, eps=1.0)
 
 
 @pytest.mark.parametrize("own,n", [({}, 8),

@@ -27,6 +27,7 @@ from app.audit.gen_sequential import DesignModelCheck, run_gen_sequential
 from app.mechanisms import step_trace
 from tests.audit.test_gen_power import CANARY, EX, TEMPLATE, Y0, Y1, SignalEmbedder
 from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, RUNS, _limit
+from tests.audit.test_gen_sequential import verdict_counts as _counts
 
 UNIT = {"clip_softmax": ("prompts", "shots_per_prompt"), "poe": ("experts", "group_size")}
 
@@ -41,11 +42,6 @@ def _audits(target, design, *, cap: int = 400, runs: int = RUNS, alternatives=RE
     return [run_gen_sequential(target, EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, design=design,
                                alternatives=alternatives, alpha=ALPHA, cap=cap, rng=np.random.default_rng(seed),
                                white_box=white_box) for seed in range(runs)]
-
-
-def _counts(res) -> dict[str, int]:
-    v = [r.verdict for r in res]
-    return {k: v.count(k) for k in set(v)}
 
 
 @pytest.mark.parametrize("mech,tokens", [("clip_softmax", 1), ("poe", 1), ("clip_softmax", 4)])
