@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     # (POST /v1/datasets, POST /v1/audits) get the larger limit; every other route the small one.
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_upload_bytes: int = Field(default=128 << 20, ge=1024)
+    # The audit planner (POST /v1/audits/plan, and POST /v1/audits with trials "auto") is seconds of CPU
+    # per request: at most this many run at once, this many more wait, the rest get 503 + Retry-After
+    # (app/cpu_gate.py), so that a burst of plans cannot hold every worker thread.
+    plan_concurrency: int = Field(default=2, ge=1, le=256)
+    plan_queue: int = Field(default=8, ge=0, le=1024)
     # Accept caller-supplied noise seeds (tests and audits only; never in production).
     allow_seeded_noise: bool = False
 

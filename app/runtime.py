@@ -14,6 +14,7 @@ from typing import Any
 
 from app import __version__
 from app.config import Settings
+from app.cpu_gate import CpuGate
 from app.store import Database
 from app.store import migrate as migrations
 
@@ -31,6 +32,10 @@ class Runtime:
     version: str = __version__
     extras: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    planner_gate: CpuGate = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.planner_gate = CpuGate("audit planner", self.settings.plan_concurrency, self.settings.plan_queue)
 
     @classmethod
     def create(cls, settings: Settings, *, models: dict[str, Any] | None = None) -> "Runtime":

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import AnyHttpUrl, ConfigDict, Field
 
-from app.api.errors import APIError
+from app.api.errors import APIError, gate_busy
 from app.api.principal import Principal
+from app.cpu_gate import GateBusy, run_gated
 from app.jobs import registry, service
 from app.jobs import repository as repo
 from app.jobs.errors import JobError
@@ -40,9 +42,13 @@ async def submit_audit(request: Request, body: AuditCreate, principal: Principal
                        "infer or admin scope", param="kind", code="insufficient_scope")
     webhook_url = str(body.webhook_url) if body.webhook_url is not None else None
     runner = service.get_runner(request.app)
+    # trials "auto" in a direct audit runs the planner at submit (seconds of CPU): through its gate.
+    cfg = body.config
+    plans = cfg.get("trials") == "auto" and cfg.get("mode", "direct") == "direct"
+    gate = request.app.state.runtime.planner_gate if plans else None
     try:
         sub = await run_in_threadpool(
-            service.submit,
+            service.submit if gate is None else partial(run_gated, gate, service.submit),
             request.app.state.runtime,
             kind_name=body.kind,
             config=body.config,
@@ -63,6 +69,8 @@ async def submit_audit(request: Request, body: AuditCreate, principal: Principal
             param = f"config.{param}"
         message = exc.message if exc.message.startswith(param) else f"{param}: {exc.message}"
         raise APIError(getattr(exc, "http_status", 422), message, param=param, code=exc.code) from None
+    except GateBusy as exc:
+        raise gate_busy(exc) from None
     except repo.QueueFull as exc:
         raise APIError(429, f"this tenant already has {exc.queued} queued jobs (the limit is {exc.limit}, "
                        "DPICL_JOB_MAX_QUEUED_PER_TENANT): retry later", param="kind", code="queue_full",

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 # The dataset 404 (code dataset_not_found), one helper for the answer service and the routes: a
 # NotFound, which the AnswerError handler below answers as a 404 like any APIError.
 from app.answers.errors import dataset_not_found
+from app.cpu_gate import GateBusy
 
 __all__ = ["APIError", "dataset_not_found", "error_body", "install_error_handlers", "validation_error"]
 
@@ -55,6 +56,11 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers
+
+
+def gate_busy(exc: GateBusy) -> "APIError":
+    """A full ``app.cpu_gate.CpuGate`` (the audit planner): nothing ran for this request; retry later."""
+    return APIError(503, str(exc), code="planner_busy", headers={"Retry-After": str(exc.retry_after)})
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:

@@ -67,7 +67,8 @@ DESCRIPTIONS = {
     "429": "The dataset's privacy budget cannot pay for this (code budget_exhausted), or the tenant's job "
            "queue is full (code queue_full, with Retry-After)",
     "502": "The model server behind a remote backend failed",
-    "503": "Not ready: the database or a model is not available",
+    "503": "Not ready: the database or a model is not available; or the audit planner is busy (code "
+           "planner_busy, with Retry-After)",
     "504": "The model server behind a remote backend timed out",
 }
 
@@ -98,9 +99,9 @@ STATUSES: dict[tuple[str, str], tuple[str, ...]] = {
     ("get", "/v1/private/mechanisms"): ("401", "403"),
     ("get", "/v1/private/generate/mechanisms"): ("401", "403"),
     # 404: a config that names a dataset of the caller's tenant which does not exist (synthesize).
-    ("post", "/v1/audits"): ("400", "401", "403", "404", "409", "422", "429"),
+    ("post", "/v1/audits"): ("400", "401", "403", "404", "409", "422", "429", "503"),
     ("get", "/v1/audits"): ("401", "403", "404", "422"),
-    ("post", "/v1/audits/plan"): ("400", "401", "403", "422"),
+    ("post", "/v1/audits/plan"): ("400", "401", "403", "422", "503"),
     ("get", "/v1/audits/kinds"): ("401", "403"),
     ("get", "/v1/audits/{job_id}"): ("401", "403", "404", "422"),
     ("post", "/v1/audits/{job_id}/cancel"): ("401", "403", "404", "409", "422"),

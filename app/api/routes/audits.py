@@ -13,7 +13,8 @@ from pydantic import ConfigDict, Field
 from app.jsonbody import JSONBody
 
 from app.api.auth import Principal, require
-from app.api.errors import APIError
+from app.api.errors import APIError, gate_busy
+from app.cpu_gate import GateBusy, run_gated
 from app.api.schemas import ArtifactList, AuditJob, AuditJobList, AuditKindList, AuditPlan, JobStatus
 from app.jobs import registry, service
 from app.jobs import repository as repo
@@ -111,7 +112,10 @@ async def plan_audit(body: AuditPlanRequest, request: Request, who: Auditor):
                 embedder = _runtime(request).get_model(model.target.embedder, "embedder")
             except KeyError:
                 embedder = None
-        return await run_in_threadpool(kind.plan, model, body.claimed_epsilon, body.seconds_per_trial, embedder)
+        return await run_in_threadpool(run_gated, _runtime(request).planner_gate, kind.plan, model,
+                                       body.claimed_epsilon, body.seconds_per_trial, embedder)
+    except GateBusy as exc:
+        raise gate_busy(exc) from None
     except service.ConfigInvalid as exc:
         raise APIError(422, "; ".join(f"{p}: {m}" for p, m in exc.errors[:10]), param=exc.errors[0][0],
                        code="invalid_value") from None
