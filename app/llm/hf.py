@@ -238,7 +238,7 @@ class HFLanguageModel:
         if not keep_cache and kv.physical_length == 0 and self.graphs is not None:
             seg_t = seg if seg is not None else torch.where(new > 0, 0, -1)
             pos_t = pos if pos is not None else torch.arange(s).expand(n, s)
-            hidden = self.graphs.run(ids.to(self.device), pos_t.to(self.device), seg_t.to(self.device))
+            hidden = self.graphs.run(ids, pos_t, seg_t)  # host tensors: padded there, copied once
             if hidden is not None:
                 self.stats.forward_calls += 1
                 self.stats.forward_tokens += real
