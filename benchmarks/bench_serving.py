@@ -20,7 +20,9 @@ Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
 same workload on the same server process. Per answer it also reports the model's forward passes, rows
 and tokens per pass (``forward_rows`` / ``forward_tokens`` / ``padded_tokens`` over ``forward_calls``),
-the seconds the model spent in its batches (``dpicl_model_batch_seconds``) and the **service path**:
+the seconds the model spent in its batches (``dpicl_model_batch_seconds``; beside it, in brackets, the
+model thread's CPU seconds in them, ``dpicl_model_batch_cpu_seconds``: the difference is waiting for a
+core, the GIL or the device) and the **service path**:
 ``(wall - model batch seconds) / answers``, everything but the model passes (HTTP, validation, the
 read and charge transactions, tokenizing, thread hops, the scheduler), per answer. With ``--tiny``
 the server serves a tiny random-init model built at run time (benchmarks/tiny_model.py: 2 layers,
