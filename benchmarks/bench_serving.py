@@ -20,7 +20,9 @@ Reports throughput (answers/s), p50/p95 latency, and, from GET /metrics, batches
 model's forward tokens per answer; ``ratio`` is throughput over the 1-client (sequential) run of the
 same workload on the same server process. Per answer it also reports the model's forward passes, rows
 and tokens per pass (``forward_rows`` / ``forward_tokens`` / ``padded_tokens`` over ``forward_calls``),
-the seconds the model spent in its batches (``dpicl_model_batch_seconds``) and the **service path**:
+the seconds the model spent in its batches (``dpicl_model_batch_seconds``; beside it, in brackets, the
+model thread's CPU seconds in them, ``dpicl_model_batch_cpu_seconds``: the difference is waiting for a
+core, the GIL or the device) and the **service path**:
 ``(wall - model batch seconds) / answers``, everything but the model passes (HTTP, validation, the
 read and charge transactions, tokenizing, thread hops, the scheduler), per answer. With ``--tiny``
 the server serves a tiny random-init model built at run time (benchmarks/tiny_model.py: 2 layers,
@@ -132,7 +134,7 @@ def scrape(url: str) -> dict[str, float]:
                     "dpicl_model_forward_tokens_total", "dpicl_model_batch_rows_count",
                     "dpicl_model_batch_requests_sum", "dpicl_model_tokens_total", "dpicl_model_forward_calls_total",
                     "dpicl_model_forward_rows_total", "dpicl_model_padded_tokens_total",
-                    "dpicl_model_batch_seconds_sum"):
+                    "dpicl_model_batch_seconds_sum", "dpicl_model_batch_cpu_seconds_total"):
                 out[s.name] = out.get(s.name, 0.0) + s.value
     return out
 
@@ -187,6 +189,10 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
     per_pass = lambda k: round(d.get(k, 0.0) / passes, 1) if passes else None  # noqa: E731
     return {"clients": clients, "answers": answers, "wall_s": round(wall, 2),
             "model_ms_per_answer": round(model_s / answers * 1000, 2),
+            # the model worker thread's CPU time in its batches (model ms minus waits for a core or the GIL);
+            # None: a server that does not export it
+            "model_cpu_ms_per_answer": round(d["dpicl_model_batch_cpu_seconds_total"] / answers * 1000, 2)
+            if "dpicl_model_batch_cpu_seconds_total" in after else None,
             # CPU time of the whole server process per answer (model included): steadier than wall time
             # on a machine shared with other work
             "server_cpu_ms_per_answer": round((cpu1 - cpu0) / answers * 1000, 2) if cpu0 is not None
@@ -207,7 +213,8 @@ def _print_row(name: str, r: dict) -> None:
           f"  calls/batch {r['calls_per_batch']}  fwd tok/ans {r['forward_tokens_per_answer']}"
           f"  fwd calls/ans {r['forward_calls_per_answer']}  rows/pass {r.get('rows_per_pass')}"
           f"  tok/pass {r.get('tokens_per_pass')} (padded {r.get('padded_tokens_per_pass')})"
-          f"  model {r.get('model_ms_per_answer')} ms/ans  service {r.get('service_ms_per_answer')} ms/ans"
+          f"  model {r.get('model_ms_per_answer')} ms/ans (cpu {r.get('model_cpu_ms_per_answer')})"
+          f"  service {r.get('service_ms_per_answer')} ms/ans"
           f"  server cpu {r.get('server_cpu_ms_per_answer')} ms/ans", flush=True)
 
 
@@ -231,7 +238,8 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "p50_s_median": round(statistics.median([r["p50_s"] for r in mine]), 3),
                     "p95_s_median": round(statistics.median([r["p95_s"] for r in mine]), 3),
                     **{f"{k}_median": _median([r.get(k) for r in mine]) for k in (
-                        "service_ms_per_answer", "model_ms_per_answer", "server_cpu_ms_per_answer",
+                        "service_ms_per_answer", "model_ms_per_answer", "model_cpu_ms_per_answer",
+                        "server_cpu_ms_per_answer",
                         "rows_per_pass", "tokens_per_pass")},
                     "forward_calls_per_answer_median": round(statistics.median([r["forward_calls_per_answer"]
                                                                       for r in mine]), 1)})

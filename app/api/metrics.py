@@ -8,7 +8,8 @@ What is exported (all names start with ``dpicl_``):
   in-process model's batch queue (app/llm/scheduler.py), read at scrape time;
 * ``model_batch_rows{model}``, ``model_batch_requests{model}``, ``model_batch_tokens{model}``: per
   coalesced batch (a "step" of the scheduler): rows, calls and prompt tokens in it;
-  ``model_batch_seconds{model}``, ``model_queue_wait_seconds{model}``;
+  ``model_batch_seconds{model}``, ``model_queue_wait_seconds{model}``; ``model_batch_cpu_seconds_total{model}``:
+  the model worker thread's CPU time in its batches (batch seconds minus it: waiting for a core or the GIL);
   ``model_tokens_total{model}`` (``rate()`` of it is tokens/s); ``model_rejected_total{model,reason}``
   (503s: queue_full or deadline);
 * ``request_seconds{endpoint,mechanism,status}``: HTTP latency per route template, private mechanism
@@ -49,6 +50,8 @@ BATCH_TOKENS = Histogram("dpicl_model_batch_tokens", "Prompt tokens per coalesce
                          ["model"], buckets=_TOKEN_BUCKETS, registry=REGISTRY)
 BATCH_SECONDS = Histogram("dpicl_model_batch_seconds", "Seconds per coalesced model batch", ["model"],
                           buckets=_SECONDS, registry=REGISTRY)
+BATCH_CPU = Counter("dpicl_model_batch_cpu_seconds", "CPU seconds of the model worker thread in its batches",
+                    ["model"], registry=REGISTRY)
 QUEUE_WAIT = Histogram("dpicl_model_queue_wait_seconds", "Seconds a model call waited in the batch queue",
                        ["model"], buckets=_SECONDS, registry=REGISTRY)
 MODEL_TOKENS = Counter("dpicl_model_tokens", "Prompt tokens run through batched model calls", ["model"],
@@ -69,6 +72,7 @@ def _on_scheduler_event(model: str, event: str, data: dict[str, Any]) -> None:
         BATCH_REQUESTS.labels(model).observe(data["jobs"])
         BATCH_TOKENS.labels(model).observe(data["tokens"])
         BATCH_SECONDS.labels(model).observe(data["seconds"])
+        BATCH_CPU.labels(model).inc(data.get("cpu_seconds", 0.0))
         MODEL_TOKENS.labels(model).inc(data["tokens"])
         for w in data["waited_s"]:
             QUEUE_WAIT.labels(model).observe(w)

@@ -5,11 +5,14 @@ and the CPU's dispatch, not the GPU, sets its time (docs/models.md). A CUDA grap
 the kernels of one pass once and replays them with one launch. Graphs need static shapes
 and addresses, so a scoring pass is padded to a *bucket* (rows x length, from
 ``GraphOptions.rows`` x ``GraphOptions.lengths``) and run cache-free: token ids, position
-ids and a 4D boolean mask (passes.segment_mask) are copied into the bucket's static
-buffers, the graph is replayed, and the real rows and positions of the static output are
-returned. Padding rows hold one real pad token (never an all-masked query row: NaN) and
-padding positions are masked as keys, so the real rows' numbers are those of an eager pass
-over the same tokens, up to the kernels' float rounding for that shape.
+ids and segments (passes.segment_mask) are padded on the host and copied into the bucket's
+static buffers, the graph is replayed, and the real rows and positions of the static output
+are returned. The 4D attention mask is built from the segments inside the graph (the same ops
+as eagerly, so the same mask): around a replay there are three copies, not the ~30 small
+kernels of padding on the device and building the mask eagerly (issue 27). Padding rows hold
+one real pad token (never an all-masked query row: NaN) and padding positions are masked as
+keys, so the real rows' numbers are those of an eager pass over the same tokens, up to the
+kernels' float rounding for that shape.
 
 Only scoring passes whose cache is not needed afterwards use it (``keep_cache=False`` in
 ``HFLanguageModel._forward``): the single-token fast path and the one-pass continuation
@@ -102,7 +105,7 @@ def pad_to_bucket(ids: torch.Tensor, pos: torch.Tensor, seg: torch.Tensor, rows:
 class _Bucket:
     ids: torch.Tensor
     pos: torch.Tensor
-    mask: torch.Tensor
+    seg: torch.Tensor  # the mask is built from it inside the graph (_forward_seg)
     out: torch.Tensor | None = None
     graph: Any = None  # torch.cuda.CUDAGraph ("graph")
     fn: Callable[..., torch.Tensor] | None = None  # the compiled forward ("compile")
@@ -142,6 +145,10 @@ class GraphForward:
         hidden: torch.Tensor = out.last_hidden_state
         return hidden
 
+    def _forward_seg(self, ids: torch.Tensor, pos: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+        """The pass a bucket captures: the mask from the segments, then the decoder."""
+        return self._eager(ids, pos, self._mask(seg))
+
     def max_rows(self, s: int) -> int:
         """The most rows of s tokens that one ready bucket holds (0: none)."""
         shapes = self.opts.buckets() if not self.capture else self.buckets
@@ -152,28 +159,30 @@ class GraphForward:
         return n <= self.max_rows(s)
 
     def run(self, ids: torch.Tensor, pos: torch.Tensor, seg: torch.Tensor) -> torch.Tensor | None:
-        """Hidden states (n, s, H) of ids/pos/seg (n, s) through the smallest fitting bucket; None: no bucket."""
+        """Hidden states (n, s, H), on this object's device, of ids/pos/seg (n, s) through the smallest
+        fitting bucket; None: no bucket. The inputs may be on the host (a scoring pass's are): they are
+        padded there and copied once into the bucket."""
         n, s = ids.shape
         shape = pick_bucket(self.opts.buckets() if not self.capture else list(self.buckets), n, s)
         if shape is None:
             return None
         ids_b, pos_b, seg_b = pad_to_bucket(ids, pos, seg, shape[0], shape[1], self.pad_id)
-        mask_b = self._mask(seg_b)
         self.last_padded_tokens = shape[0] * shape[1]
         with torch.inference_mode():
             if not self.capture:
-                return self._eager(ids_b, pos_b, mask_b)[:n, :s]
+                dev = self.device
+                return self._forward_seg(ids_b.to(dev), pos_b.to(dev), seg_b.to(dev))[:n, :s]
             bucket = self.buckets[shape]
             bucket.ids.copy_(ids_b)
             bucket.pos.copy_(pos_b)
-            bucket.mask.copy_(mask_b)
+            bucket.seg.copy_(seg_b)
             if bucket.graph is not None:
                 bucket.graph.replay()
                 assert bucket.out is not None
                 out = bucket.out
             else:
                 assert bucket.fn is not None
-                out = bucket.fn(bucket.ids, bucket.mask, bucket.pos)
+                out = bucket.fn(bucket.ids, bucket.seg, bucket.pos)
             return out[:n, :s].clone()  # the static buffer is overwritten by the next replay
 
     # ----------------------------------------------------------- capture
@@ -183,24 +192,24 @@ class GraphForward:
         ids = torch.full((rows, length), self.pad_id, dtype=torch.long, device=self.device)
         pos = torch.arange(length, device=self.device).expand(rows, length).contiguous()
         seg = torch.zeros((rows, length), dtype=torch.long, device=self.device)
-        bucket = _Bucket(ids, pos, self._mask(seg).contiguous())
+        bucket = _Bucket(ids, pos, seg)
         if self.strategy == "compile":
-            fn = torch.compile(lambda i, m, p: self._eager(i, p, m), mode="reduce-overhead", dynamic=False)
+            fn = torch.compile(lambda i, sg, p: self._forward_seg(i, p, sg), mode="reduce-overhead", dynamic=False)
             for _ in range(3):  # compile, then record the cudagraph tree
-                fn(bucket.ids, bucket.mask, bucket.pos)
+                fn(bucket.ids, bucket.seg, bucket.pos)
             bucket.fn = fn
             return bucket
         side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm the kernels (and cuBLAS workspaces) outside the capture
             for _ in range(2):
-                self._eager(bucket.ids, bucket.pos, bucket.mask)
+                self._forward_seg(bucket.ids, bucket.pos, bucket.seg)
         torch.cuda.current_stream(self.device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            bucket.out = self._eager(bucket.ids, bucket.pos, bucket.mask)
+            bucket.out = self._forward_seg(bucket.ids, bucket.pos, bucket.seg)
         bucket.graph = graph
         return bucket
 

@@ -229,22 +229,25 @@ class HFLanguageModel:
         """
         n = kv.n
         assert len(rows) == n
-        s = max((len(r) for r in rows), default=0)
+        lens = [len(r) for r in rows]
+        s = max(lens, default=0)
         if s == 0:
             return None
+        real = sum(lens)  # the counts come from the host's row lengths: no tensor reductions, no device syncs
         ids, new, pos, seg = right_padded(rows, s, self._pad_id, positions, segs)
         if not keep_cache and kv.physical_length == 0 and self.graphs is not None:
             seg_t = seg if seg is not None else torch.where(new > 0, 0, -1)
             pos_t = pos if pos is not None else torch.arange(s).expand(n, s)
-            hidden = self.graphs.run(ids.to(self.device), pos_t.to(self.device), seg_t.to(self.device))
+            hidden = self.graphs.run(ids, pos_t, seg_t)  # host tensors: padded there, copied once
             if hidden is not None:
                 self.stats.forward_calls += 1
-                self.stats.forward_tokens += int(new.sum())
+                self.stats.forward_tokens += real
                 self.stats.padded_tokens += self.graphs.last_padded_tokens
                 return hidden
         ids, new = ids.to(self.device), new.to(self.device)
         new_len = new.sum(1)
-        if bool(((kv.lengths + new_len) == 0).any()):
+        # Only a row that adds no token can be left with none (a cached length is >= 0).
+        if min(lens) == 0 and bool(((kv.lengths + new_len) == 0).any()):
             raise RuntimeError("internal: a row with no real token would be fully masked (NaN)")
         if self._window is not None and kv.physical_length + s > self._window and not bool(kv.mask.all() and new.all()):
             raise CapabilityError(
@@ -269,7 +272,7 @@ class HFLanguageModel:
         kv.lengths = kv.lengths + new_len
         self.stats.forward_calls += 1
         self.stats.forward_rows += n
-        self.stats.forward_tokens += int(new_len.sum())
+        self.stats.forward_tokens += real
         self.stats.padded_tokens += n * s
         return out.last_hidden_state
 
@@ -379,7 +382,7 @@ class HFLanguageModel:
         """(B, K) float64 continuation scores for prompt token rows (see :meth:`continuation_logprobs`):
         single-token labels from one next-token pass, others in one pass or two stages (passes.py)."""
         if self.single_token_fast_path and all(len(c) == 1 for c in conts):
-            return self._next_token_rows(prows, [c[0] for c in conts]).astype(np.float64)
+            return self._next_token_rows(prows, [c[0] for c in conts])  # (B, K) float64 already
         if self.one_pass_scoring and self._window is None:  # a custom mask would bypass a sliding window
             return passes.continuation_one_pass(self, prows, conts)
         return passes.continuation_two_stage(self, prows, conts)

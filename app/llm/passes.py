@@ -137,9 +137,11 @@ def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[
         for chunk in chunks:
             kv = KVBatch.from_prefix(prefix, len(chunk), lm.device)
             suffixes = [rows[i][p:] for i in chunk]
+            # Each row's last position, on the device before the pass is queued: a host-to-device copy
+            # after it would wait for the pass on a GPU (one more host wait per chunk).
+            last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=lm.device)
             hidden = lm._forward(kv, suffixes, keep_cache=not graph)
             assert hidden is not None  # every row has a token
-            last = torch.as_tensor([len(sfx) - 1 for sfx in suffixes], device=lm.device)
             h = hidden[torch.arange(len(chunk), device=lm.device), last]
             lp = torch.log_softmax(lm._logits(h), dim=-1)
             out[chunk] = (lp if picked is None else lp[:, picked].double()).cpu().numpy()

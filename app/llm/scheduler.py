@@ -135,7 +135,7 @@ class _Job:
 
 
 # (model name, event, numbers) callbacks: the API's /metrics installs one (app/api/metrics.py).
-# Events: "batch" {jobs, rows, tokens, seconds, waited_s (list)}, "rejected" {reason}.
+# Events: "batch" {jobs, rows, tokens, seconds, cpu_seconds (the worker thread's), waited_s (list)}, "rejected" {reason}.
 OBSERVERS: list[Callable[[str, str, dict[str, Any]], None]] = []
 SCHEDULERS: weakref.WeakSet[BatchScheduler] = weakref.WeakSet()
 
@@ -381,7 +381,7 @@ class BatchScheduler:
         # One tenant: its own prefix-cache scope. Several (isolate_tenants off): a scope of this batch
         # alone, so no tenant's cached prefix serves or perturbs another's rows.
         scope = batch[0].tenant if len(tenants) == 1 else f"\x00batch-{id(batch)}-{started}"
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             with tenant_scope(scope):
                 if batch[0].key == ("step",):
@@ -405,6 +405,7 @@ class BatchScheduler:
             batch[0].done.set()
             return
         seconds = time.perf_counter() - t0
+        cpu_seconds = time.thread_time() - c0  # this worker thread's CPU: seconds minus waits (GIL, cores)
         self._busy = seconds if not self._busy else 0.8 * self._busy + 0.2 * seconds
         i = 0
         for b, job in enumerate(batch):
@@ -424,4 +425,4 @@ class BatchScheduler:
         self.stats["rows"] += len(rows)
         self.stats["tokens"] += n_tokens
         _notify(self.name, "batch", {"jobs": len(batch), "rows": len(rows), "tokens": n_tokens, "seconds": seconds,
-                                     "waited_s": [started - j.enqueued for j in batch]})
+                                     "cpu_seconds": cpu_seconds, "waited_s": [started - j.enqueued for j in batch]})

@@ -105,6 +105,9 @@ def test_metrics_endpoint_in_prometheus_format(live_server, lm):
                  endpoint="/v1/private/classify", mechanism="rnm", status="200") >= 4
     assert value("dpicl_budget_charges", "dpicl_budget_charges_total", mechanism="rnm") >= 4
     assert value("dpicl_model_batch_rows", "dpicl_model_batch_rows_count", model=lm.name) >= 1
+    # the model thread's CPU in its batches: some, and never more than the batches' wall time
+    cpu = value("dpicl_model_batch_cpu_seconds", "dpicl_model_batch_cpu_seconds_total", model=lm.name)
+    assert 0 < cpu <= value("dpicl_model_batch_seconds", "dpicl_model_batch_seconds_sum", model=lm.name) + 1e-3
     assert value("dpicl_model_tokens", "dpicl_model_tokens_total", model=lm.name) > 0
     assert {s.labels["state"] for s in fams["dpicl_jobs"].samples} >= {"queued", "running", "succeeded"}
     assert value("dpicl_model_queue_depth", "dpicl_model_queue_depth", model=lm.name) == 0

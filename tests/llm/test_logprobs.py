@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
 from app.llm import CapabilityError
 from app.llm.hf import plan_chunks
@@ -161,3 +162,22 @@ def test_bad_inputs(lm):
         lm.next_token_logprobs(["word " * 9000])
     assert lm.next_token_logprobs([]).shape == (0, lm.vocab_size)
     assert issubclass(CapabilityError, ValueError)
+
+
+def test_forward_refuses_only_a_row_left_with_no_token_and_counts_real_tokens(lm):
+    """``_forward`` takes its counts from the rows' lengths and checks for a fully masked row only
+    when some row adds no token: a row with nothing cached and nothing new is refused (it would be
+    NaN); a row that adds nothing after a cached token is fine; padding is not counted as tokens."""
+    from app.llm.kv import KVBatch
+
+    with lm._lock:
+        with pytest.raises(RuntimeError, match="no real token"):
+            lm._forward(KVBatch.empty(2, lm.device), [[1, 2], []])
+        kv = KVBatch.empty(2, lm.device)
+        lm.stats.reset()
+        lm._forward(kv, [[1, 2, 3], [4]])
+        assert (lm.stats.forward_tokens, lm.stats.padded_tokens, lm.stats.forward_rows) == (4, 6, 2)
+        hidden = lm._forward(kv, [[5], []])  # row 1 adds nothing: its cached token keeps it unmasked
+        assert hidden is not None and bool(torch.isfinite(hidden[0]).all())
+        assert (lm.stats.forward_tokens, lm.stats.padded_tokens) == (5, 8)
+        assert kv.lengths.tolist() == [4, 1]

@@ -147,6 +147,49 @@ def test_a_batch_larger_than_every_bucket_replays_several_buckets(tiny64, mixed_
         assert graph_chunks(tiny64, lengths) is None
 
 
+class _StandInGraph:
+    """What a captured ``torch.cuda.CUDAGraph`` does on replay, on a CPU: rerun the captured function
+    (the mask from the static segments, then the decoder) on the bucket's static buffers into its
+    static output."""
+
+    def __init__(self, graphs, bucket):
+        self.graphs, self.bucket = graphs, bucket
+
+    def replay(self):
+        b = self.bucket
+        b.out.copy_(self.graphs._forward_seg(b.ids, b.pos, b.seg))
+
+
+@pytest.mark.parametrize("labels", [SINGLE, LABELS], ids=["single-token", "multi-token"])
+def test_replay_reads_its_inputs_from_the_buckets_static_buffers(tiny64, mixed_prompts, labels):
+    """The replay branch of GraphForward.run (capture=True): host tensors padded and copied into the
+    bucket's static ids / positions / segments, the mask rebuilt from the static segments inside the
+    replay, the real rows read back; two calls with the rows in other places through the same bucket
+    each score as one eager pass (a stale buffer or a mask built from the wrong segments would not)."""
+    from app.llm.cuda_graphs import _Bucket
+
+    opts = GraphOptions(mode="graph", rows=(4, 8), lengths=(64, 128))
+    graphs = GraphForward(tiny64._base, tiny64.device, tiny64._pad_id, opts, capture=True, dtype=torch.float64)
+    for rows, length in opts.buckets():
+        b = _Bucket(torch.full((rows, length), tiny64._pad_id), torch.arange(length).expand(rows, length).contiguous(),
+                    torch.zeros((rows, length), dtype=torch.long))
+        with torch.inference_mode():
+            b.out = graphs._forward_seg(b.ids, b.pos, b.seg)
+        b.graph = _StandInGraph(graphs, b)
+        graphs.buckets[(rows, length)] = b
+    with paths(tiny64, fast=True, one_pass=True):
+        want = tiny64.continuation_logprobs(mixed_prompts, labels)
+        want_rev = tiny64.continuation_logprobs(mixed_prompts[::-1], labels)
+    with paths(tiny64, fast=True, one_pass=True, graphs=graphs):
+        tiny64.stats.reset()
+        got = tiny64.continuation_logprobs(mixed_prompts, labels)
+        assert tiny64.stats.forward_calls == 1 and tiny64.stats.padded_tokens == graphs.last_padded_tokens
+        got_rev = tiny64.continuation_logprobs(mixed_prompts[::-1], labels)  # the same bucket, rows moved
+        assert tiny64.stats.forward_calls == 2 and tiny64.stats.padded_tokens == 2 * graphs.last_padded_tokens
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(got_rev, want_rev, rtol=0, atol=1e-10)
+
+
 def test_one_pass_matches_two_stage_on_smollm2(lm, header_prompts, mixed_prompts):
     """float32: the same quantity within rounding (the two-stage path varies as much across batch shapes)."""
     for prompts in (header_prompts, mixed_prompts):

@@ -421,3 +421,34 @@ def test_merge_job_tokens_defaults_to_512_on_cpu_and_is_validated(lm):
     for bad in (-1, 1.5, True, "512"):
         with pytest.raises(ValueError, match="merge_job_tokens"):
             SchedulerOptions.from_options({"scheduler": {"merge_job_tokens": bad}})
+
+
+def test_batch_event_reports_the_worker_threads_cpu_apart_from_its_waits():
+    """The "batch" event's cpu_seconds is the worker thread's CPU in the batch (/metrics:
+    dpicl_model_batch_cpu_seconds): a batch that sleeps 0.3 s and computes ~0.05 s reports the
+    computing, not the sleep; its seconds (wall) include both."""
+    from app.llm import scheduler as sched_mod
+
+    def run(key, rows):
+        time.sleep(0.3)  # a wait (like one for the GIL or a device): wall time, no CPU
+        c0 = time.thread_time()
+        while time.thread_time() - c0 < 0.05:  # 50 ms of this thread's CPU
+            pass
+        return np.zeros((len(rows), 1), dtype=np.float32)
+
+    events: list[dict] = []
+
+    def observe(model, event, data):
+        if model == "cpu-fake" and event == "batch":
+            events.append(data)
+
+    sched = BatchScheduler("cpu-fake", run, SchedulerOptions())
+    sched_mod.OBSERVERS.append(observe)
+    try:
+        sched.submit(("next",), [[1, 2]])
+    finally:
+        sched_mod.OBSERVERS.remove(observe)
+        sched.close()
+    assert len(events) == 1
+    assert 0.05 <= events[0]["cpu_seconds"] < 0.2  # the sleep is not CPU
+    assert events[0]["seconds"] >= 0.3 + 0.05 - 1e-3
