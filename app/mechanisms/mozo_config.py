@@ -9,7 +9,6 @@ these names) so that the mechanism module stays about the bound and decoding.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,8 @@ import numpy as np
 
 from app.mechanisms import sensitivity as sens
 from app.mechanisms.gen_common import largest_feasible
-from app.privacy.accountant import PrivacyCost, PureDPEvent, RdpAccountant
+from app.mechanisms.poe_decode import rdp_or_basic_cost
+from app.privacy.accountant import PureDPEvent, RdpAccountant
 from app.privacy.pld import PldSpec
 from app.privacy.rdp import DEFAULT_ORDERS
 from app.privacy.subsampling import amplified_epsilon, deamplified_epsilon
@@ -136,24 +136,10 @@ def subsampled_privacy(epsilon_per_token: float, rate: float, tokens: int, delta
                        mechanism: str, params: dict[str, Any]) -> dict[str, Any]:
     """The cost of ``tokens`` amplified pure-DP steps: min(RDP composition at delta, basic)."""
     ep = amplified_epsilon(epsilon_per_token, rate)
-    acc = subsampled_accountant(epsilon_per_token, rate, tokens, adjacency)
-    basic = tokens * ep
-    rdp_eps, alpha = acc.get_epsilon_and_order(delta) if delta > 0.0 else (math.inf, None)
-    use_rdp = rdp_eps < basic
-    cost = PrivacyCost(
-        epsilon=rdp_eps if use_rdp else basic,
-        delta=delta if use_rdp else 0.0,
-        adjacency=sens.parse_adjacency(adjacency).value,
-        mechanism=mechanism,
-        params=params,
-        alpha=alpha if use_rdp else None,
-        method="subsampled-pure-dp-rdp" if use_rdp else "basic",
-        orders=tuple(float(x) for x in acc.orders),
-        rdp=tuple(float(x) for x in acc.rdp),
+    return rdp_or_basic_cost(
+        subsampled_accountant(epsilon_per_token, rate, tokens, adjacency), tokens * ep, delta, adjacency, mechanism,
+        params, rdp_method="subsampled-pure-dp-rdp",
         rho=tokens * ep**2 / 2.0,  # Bun & Steinke 2016 Prop. 3.3: eps-DP => eps^2/2-zCDP
         # Each amplified step is eps'-DP: the ledger may compose them by PLD (randomized response pair).
         pld=PldSpec("pure", ep, tokens) if ep > 0 and tokens >= 1 else None,
     )
-    d = cost.to_dict()
-    d["is_private"] = True
-    return d

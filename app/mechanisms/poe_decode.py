@@ -192,12 +192,10 @@ def resolve_epsilon_per_token(p: Any, epsilon: float, tokens: int, delta: float)
     return et
 
 
-def bounded_range_privacy(epsilon_per_token: float, tokens: int, delta: float, adjacency: str, mechanism: str,
-                          params: dict[str, Any]) -> dict[str, Any]:
-    """The cost of ``tokens`` releases, each epsilon_per_token-bounded-range (poe and mozo sample one token
-    per step that way): the smaller of RDP composition at ``delta`` and basic composition."""
-    acc = accountant(epsilon_per_token, tokens, adjacency)
-    basic = epsilon_per_token * tokens
+def rdp_or_basic_cost(acc: Any, basic: float, delta: float, adjacency: str, mechanism: str,
+                      params: dict[str, Any], *, rdp_method: str, rho: float, pld: Any = None) -> dict[str, Any]:
+    """The smaller of ``acc``'s RDP composition converted at ``delta`` and ``basic`` (pure) composition,
+    as a cost dict (poe and mozo decoding, mozo's subsampled steps)."""
     rdp_eps, alpha = acc.get_epsilon_and_order(delta) if delta > 0.0 else (math.inf, None)
     use_rdp = rdp_eps < basic
     cost = PrivacyCost(
@@ -207,14 +205,24 @@ def bounded_range_privacy(epsilon_per_token: float, tokens: int, delta: float, a
         mechanism=mechanism,
         params=params,
         alpha=alpha if use_rdp else None,
-        method="bounded-range-rdp" if use_rdp else "basic",
+        method=rdp_method if use_rdp else "basic",
         orders=tuple(float(x) for x in acc.orders),
         rdp=tuple(float(x) for x in acc.rdp),
-        rho=tokens * epsilon_per_token**2 / 8.0,  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
+        rho=rho,
+        pld=pld,
     )
     d = cost.to_dict()
     d["is_private"] = True
     return d
+
+
+def bounded_range_privacy(epsilon_per_token: float, tokens: int, delta: float, adjacency: str, mechanism: str,
+                          params: dict[str, Any]) -> dict[str, Any]:
+    """The cost of ``tokens`` releases, each epsilon_per_token-bounded-range (poe and mozo sample one token
+    per step that way): the smaller of RDP composition at ``delta`` and basic composition."""
+    return rdp_or_basic_cost(accountant(epsilon_per_token, tokens, adjacency), epsilon_per_token * tokens, delta,
+                             adjacency, mechanism, params, rdp_method="bounded-range-rdp",
+                             rho=tokens * epsilon_per_token**2 / 8.0)  # Cesar & Rogers 2021: eps-BR => eps^2/8-zCDP
 
 
 def privacy(cfg: PoEDecodeConfig, req: GenerationRequest) -> dict[str, Any]:
