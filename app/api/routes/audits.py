@@ -14,8 +14,8 @@ from app.jsonbody import JSONBody
 
 from app.api.auth import Principal, require
 from app.api.errors import APIError, gate_busy
-from app.cpu_gate import GateBusy, run_gated
 from app.api.schemas import ArtifactList, AuditJob, AuditJobList, AuditKindList, AuditPlan, JobStatus
+from app.cpu_gate import GateBusy, run_gated
 from app.jobs import registry, service
 from app.jobs import repository as repo
 from app.jobs.errors import JobError
