@@ -13,7 +13,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   > "$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
+# APP_ROOT: another checkout's tree whose `app` the server runs (an A/B in one device call); default this one
+export PYTHONPATH=/tmp/site:${APP_ROOT:-$PWD}:$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   >> "$OUT/gpu.txt" 2>&1
@@ -43,9 +44,9 @@ print("saved", sorted(p.name for p in dst.iterdir()))
 PY
 
 echo "== dpicl serve (cuda, bf16)"; date
-export DPICL_DATABASE_URL=sqlite:////tmp/gpu-bench.db DPICL_DEVICE=cuda DPICL_DTYPE=bfloat16 DPICL_PORT=8123 \
+export DPICL_DATABASE_URL=sqlite:///$OUT/gpu-bench.db DPICL_DEVICE=cuda DPICL_DTYPE=bfloat16 DPICL_PORT=8123 \
   DPICL_LOG_LEVEL=info DPICL_MODELS='[{"name": "smollm2-135m-instruct", "kind": "lm", "source": "/tmp/rand-smollm2", "backend": "hf"}]'
-python3 -m app.cli serve > "$OUT/serve.log" 2>&1 &
+(cd "${APP_ROOT:-$PWD}" && exec python3 -m app.cli serve) > "$OUT/serve.log" 2>&1 &
 SERVER=$!
 python3 - <<'PY'
 import time, httpx
@@ -65,5 +66,6 @@ timeout "${SERVING_TIMEOUT:-300}" python3 benchmarks/bench_serving.py --url http
   --answers "${ANSWERS:-64}" --rounds "${ROUNDS:-2}" --out "$OUT/serving.json" > "$OUT/serving.log" 2>&1
 echo "bench_serving rc=$?"; tail -40 "$OUT/serving.log"
 kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null
+rm -f "$OUT"/gpu-bench.db*
 grep -i -E "graph|bucket|budget|warm" "$OUT/serve.log" | tail -15
 date
