@@ -125,10 +125,12 @@ def make_generation_dataset(url: str) -> tuple[str, list[str]]:
 
 
 def scrape(url: str) -> dict[str, float]:
+    """The served lm's counters, summed over the servers of a comma-separated ``url`` (replicas)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text):
+    text = "".join(httpx.get(f"{u}/metrics", timeout=30).text for u in url.split(","))
+    for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.labels.get("model") == LM_NAME and s.name in (
                     "dpicl_model_forward_tokens_total", "dpicl_model_batch_rows_count",
@@ -139,25 +141,31 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
-SERVER_PID: int | None = None  # the started server (its CPU time per answer is reported), None with --url
+SERVER_PIDS: list[int] = []  # the started servers (their CPU time per answer is reported), none with --url
 
 
-def _cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process so far (Linux /proc), or None."""
+def _cpu_s(pids: list[int]) -> float | None:
+    """User + system CPU seconds of these processes so far (Linux /proc), or None."""
+    total = 0.0
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        for pid in pids:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, TypeError):
         return None
+    return total if pids else None
 
 
 async def run_clients(url: str, ds: str, queries: list[str], partitions: int, shots: int, clients: int,
                       answers: int, generate: bool = False) -> dict:
+    """``url``: one server, or several comma-separated (replicas on one database): client k sends to the
+    k-th modulo their number."""
     latencies: list[float] = []
     todo = list(range(answers))
+    urls = url.split(",")
 
-    async def client(c: httpx.AsyncClient) -> None:
+    async def client(c: httpx.AsyncClient, url: str) -> None:
         while todo:
             i = todo.pop()
             t0 = time.perf_counter()
@@ -173,12 +181,12 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             latencies.append(time.perf_counter() - t0)
 
     before = scrape(url)
-    cpu0 = _cpu_s(SERVER_PID)
+    cpu0 = _cpu_s(SERVER_PIDS)
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients + 4)) as c:
         t0 = time.perf_counter()
-        await asyncio.gather(*[client(c) for _ in range(clients)])
+        await asyncio.gather(*[client(c, urls[k % len(urls)]) for k in range(clients)])
         wall = time.perf_counter() - t0
-    cpu1 = _cpu_s(SERVER_PID)
+    cpu1 = _cpu_s(SERVER_PIDS)
     after = scrape(url)
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     lat = sorted(latencies)
@@ -187,7 +195,7 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
     passes = d.get("dpicl_model_forward_calls_total", 0.0)
     model_s = d.get("dpicl_model_batch_seconds_sum", 0.0)
     per_pass = lambda k: round(d.get(k, 0.0) / passes, 1) if passes else None  # noqa: E731
-    return {"clients": clients, "answers": answers, "wall_s": round(wall, 2),
+    return {"clients": clients, "answers": answers, "wall_s": round(wall, 2), "servers": len(urls),
             "model_ms_per_answer": round(model_s / answers * 1000, 2),
             # the model worker thread's CPU time in its batches (model ms minus waits for a core or the GIL);
             # None: a server that does not export it
@@ -197,7 +205,8 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             # on a machine shared with other work
             "server_cpu_ms_per_answer": round((cpu1 - cpu0) / answers * 1000, 2) if cpu0 is not None
             and cpu1 is not None else None,
-            "service_ms_per_answer": round((wall - model_s) / answers * 1000, 2),
+            # wall time outside the model's batches; None for replicas (their batches overlap in time)
+            "service_ms_per_answer": round((wall - model_s) / answers * 1000, 2) if len(urls) == 1 else None,
             "rows_per_pass": per_pass("dpicl_model_forward_rows_total"),
             "tokens_per_pass": per_pass("dpicl_model_forward_tokens_total"),
             "padded_tokens_per_pass": per_pass("dpicl_model_padded_tokens_total"),
@@ -252,8 +261,9 @@ def bench(url: str, clients: list[int], answers: int, large_clients: list[int], 
     (1 client), then each concurrent count, then again. A round's ratio is its concurrent throughput
     over its own sequential run, so a burst of load from other processes moves one pair, not the
     verdict: the summary reports the median and min/max of the paired ratios."""
-    ds, queries = make_dataset(url)
-    gen_ds, gen_queries = make_generation_dataset(url) if any(w.startswith("clip") for w in workloads) else ("", [])
+    first = url.split(",")[0]  # replicas share the database: the datasets are made through one
+    ds, queries = make_dataset(first)
+    gen_ds, gen_queries = make_generation_dataset(first) if any(w.startswith("clip") for w in workloads) else ("", [])
     # warm-up: the first answers pay for lazy initialisation
     asyncio.run(run_clients(url, ds, queries, 2, 1, 1, 2))
     out = {}
@@ -344,9 +354,12 @@ def merge_steps(threads: int) -> dict:
 
 
 def main() -> None:
-    global LM_NAME, SERVER_PID
+    global LM_NAME
     ap = argparse.ArgumentParser()
-    ap.add_argument("--url", help="a running dpicl serve (otherwise one is started)")
+    ap.add_argument("--url", help="a running dpicl serve (otherwise one is started), or several comma-separated "
+                                  "replicas on one database (client k sends to the k-th modulo their number)")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="started servers on one database (SQLite file or --database-url), clients spread over them")
     ap.add_argument("--answers", type=int, default=16)
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--large-clients", default="1,16",
@@ -376,6 +389,8 @@ def main() -> None:
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
+    if not 1 <= args.replicas <= 16:
+        ap.error("--replicas must be in 1..16")
     result: dict = {"answers": args.answers, "threads": args.threads, "rounds": args.rounds,
                     "load_average": os.getloadavg(), "command": " ".join(sys.argv)}
     tiny_dir = tempfile.TemporaryDirectory() if args.tiny else None
@@ -399,14 +414,21 @@ def main() -> None:
         for label, sched, lm_opts in runs:
             print(f"--- {label}", flush=True)
             with tempfile.TemporaryDirectory() as tmp:
-                proc, url = start_server(tmp, args.threads, sched, lm_opts, tiny_dir.name if tiny_dir else None,
-                                         args.database_url)
-                SERVER_PID = proc.pid
+                procs, urls = [], []
                 try:
-                    result[label] = bench(url, clients, args.answers, large, workloads, args.rounds)
+                    # the first server migrates the database; the others start once it answers
+                    for _ in range(args.replicas):
+                        proc, url = start_server(tmp, args.threads, sched, lm_opts,
+                                                 tiny_dir.name if tiny_dir else None, args.database_url)
+                        procs.append(proc)
+                        urls.append(url)
+                    SERVER_PIDS[:] = [p.pid for p in procs]
+                    result[label] = bench(",".join(urls), clients, args.answers, large, workloads, args.rounds)
                 finally:
-                    proc.terminate()
-                    proc.wait(timeout=30)
+                    for proc in procs:
+                        proc.terminate()
+                    for proc in procs:
+                        proc.wait(timeout=30)
     result["load_average_after"] = os.getloadavg()
     if tiny_dir is not None:
         tiny_dir.cleanup()

@@ -6,13 +6,17 @@
 # (same architecture, so the same compute per pass as the bundled model).
 #   1. benchmarks/gpu_check.py: the model's passes alone (two-pass vs one-pass vs CUDA graphs vs batched);
 #   2. a real `dpicl serve` on cuda/bf16 with the random-init full-size SmolLM2, and benchmarks/bench_serving.py
-#      against it: rnm 8x4 and 2x1, 1 / 16 / 64 clients.
+#      against it: rnm 8x4 and 2x1, 1 / 16 / 64 clients (REPLICAS=N: N servers on the one GPU and database).
+# Knobs (environment): SKIP_GPU_CHECK, GPU_CHECK_ARGS, GPU_CHECK_TIMEOUT, APP_ROOT (another tree's app, for an
+# A/B), REPLICAS, WORKLOADS, CLIENTS, ANSWERS, ROUNDS, SERVING_TIMEOUT, OUT, DEVICE (cpu: a dry run of the script here).
 set -uo pipefail
 : "${OUT:=/tmp/gpu_out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  > "$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 1; }
+if [ "${DEVICE:-cuda}" != cpu ]; then  # a dry run here uses this machine's venv instead
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 1; }
+fi
 # APP_ROOT: another checkout's tree whose `app` the server runs (an A/B in one device call); default this one
 export PYTHONPATH=/tmp/site:${APP_ROOT:-$PWD}:$PWD
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
@@ -22,7 +26,8 @@ cat "$OUT/gpu.txt"
 
 if [ "${SKIP_GPU_CHECK:-0}" != 1 ]; then
   echo "== gpu_check"; date
-  timeout "${GPU_CHECK_TIMEOUT:-240}" python3 benchmarks/gpu_check.py --assets .gpu_assets --out "$OUT/gpu_check.json" \
+  # GPU_CHECK_ARGS: e.g. --compile (also times torch.compile(mode="reduce-overhead") buckets)
+  timeout "${GPU_CHECK_TIMEOUT:-240}" python3 benchmarks/gpu_check.py --assets .gpu_assets --out "$OUT/gpu_check.json" ${GPU_CHECK_ARGS:-} \
     > "$OUT/gpu_check.log" 2>&1
   echo "gpu_check rc=$?"; tail -5 "$OUT/gpu_check.log"
 fi
@@ -43,29 +48,40 @@ for f in src.iterdir():
 print("saved", sorted(p.name for p in dst.iterdir()))
 PY
 
-echo "== dpicl serve (cuda, bf16)"; date
-export DPICL_DATABASE_URL=sqlite:///$OUT/gpu-bench.db DPICL_DEVICE=cuda DPICL_DTYPE=bfloat16 DPICL_PORT=8123 \
+echo "== dpicl serve (${DEVICE:-cuda}, bf16) x ${REPLICAS:-1}"; date
+export DPICL_DATABASE_URL=sqlite:///$OUT/gpu-bench.db DPICL_DEVICE=${DEVICE:-cuda} DPICL_DTYPE=bfloat16 \
   DPICL_LOG_LEVEL=info DPICL_MODELS='[{"name": "smollm2-135m-instruct", "kind": "lm", "source": "/tmp/rand-smollm2", "backend": "hf"}]'
-(cd "${APP_ROOT:-$PWD}" && exec python3 -m app.cli serve) > "$OUT/serve.log" 2>&1 &
-SERVER=$!
-python3 - <<'PY'
-import time, httpx
+wait_ready() {  # $1: port
+  python3 - "$1" <<'PY'
+import sys, time, httpx
 for _ in range(240):
     try:
-        if httpx.get("http://127.0.0.1:8123/v1/health", timeout=2).status_code == 200:
-            print("server ready"); break
+        if httpx.get(f"http://127.0.0.1:{sys.argv[1]}/v1/health", timeout=2).status_code == 200:
+            print("server ready on", sys.argv[1]); break
     except httpx.HTTPError:
         pass
     time.sleep(1)
 else:
-    print("server NOT ready")
+    print("server NOT ready on", sys.argv[1])
 PY
+}
+# REPLICAS (default 1): servers on one GPU and one database (docs/deploy.md); the first migrates, the others
+# start once it answers (each captures its own CUDA graphs); bench_serving spreads its clients over them.
+SERVERS=(); URLS=""
+for i in $(seq 0 $(( ${REPLICAS:-1} - 1 ))); do
+  port=$((8123 + i))
+  (cd "${APP_ROOT:-$PWD}" && DPICL_PORT=$port exec python3 -m app.cli serve) > "$OUT/serve$i.log" 2>&1 &
+  SERVERS+=($!); URLS="${URLS:+$URLS,}http://127.0.0.1:$port"
+  [ "$i" = 0 ] && wait_ready $port
+done
+for i in $(seq 1 $(( ${REPLICAS:-1} - 1 ))); do wait_ready $((8123 + i)); done
 date
-timeout "${SERVING_TIMEOUT:-300}" python3 benchmarks/bench_serving.py --url http://127.0.0.1:8123 \
+timeout "${SERVING_TIMEOUT:-300}" python3 benchmarks/bench_serving.py --url "$URLS" \
   --workloads "${WORKLOADS:-rnm 8x4,rnm 2x1}" --large-clients "${CLIENTS:-1,16,64}" --clients "${CLIENTS:-1,16,64}" \
   --answers "${ANSWERS:-64}" --rounds "${ROUNDS:-2}" --out "$OUT/serving.json" > "$OUT/serving.log" 2>&1
-echo "bench_serving rc=$?"; tail -40 "$OUT/serving.log"
-kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null
+echo "bench_serving rc=$?"; grep -E "over [0-9]+ rounds" "$OUT/serving.log"
+kill "${SERVERS[@]}" 2>/dev/null; wait "${SERVERS[@]}" 2>/dev/null
+mv "$OUT/serve0.log" "$OUT/serve.log"; rm -f "$OUT"/serve[1-9]*.log
 rm -f "$OUT"/gpu-bench.db*
 grep -i -E "graph|bucket|budget|warm" "$OUT/serve.log" | tail -15
 date
