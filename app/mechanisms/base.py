@@ -63,6 +63,13 @@ class ClassificationResult:
 
 
 def _jsonable(x: Any) -> Any:
+    t = type(x)
+    # Exact built-in scalars first (every vote, index and probability of an answer's internals): what the
+    # general checks below return for them, without their ABC isinstance tests (``Mapping``).
+    if t is int or t is str or t is bool or x is None:
+        return x
+    if t is float:
+        return x if math.isfinite(x) else None
     if isinstance(x, np.ndarray):
         return _jsonable(x.tolist())
     if isinstance(x, (np.floating, float)):
