@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Self, Sequen
 import numpy as np
 import numpy.typing as npt
 
+from app.icl.templates import ExemplarPairs
 from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.errors import MechanismParamError, UnknownMechanismError
 from app.privacy.accountant import PrivacyCost
@@ -165,6 +166,8 @@ def check_choice(value: Any, param: str, choices: Sequence[str]) -> str:
 
 def normalize_exemplars(exemplars: Sequence[Any]) -> list[Exemplar]:
     """(input, label) pairs from tuples, dicts with input/output (or text/label), or objects."""
+    if type(exemplars) is ExemplarPairs:  # checked when built (a dataset's cached set): every one is a pair
+        return list(exemplars)
     out: list[Exemplar] = []
     for i, e in enumerate(exemplars):
         if type(e) is tuple and len(e) == 2 and type(e[0]) is str and type(e[1]) is str:
