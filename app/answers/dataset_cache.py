@@ -21,6 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.icl.templates import ExemplarPairs
+
 Exemplars = tuple[tuple[str, str], ...]
 
 DEFAULT_MAX_EXEMPLARS = 200_000
@@ -52,7 +54,8 @@ class DatasetCache:
                 self.hits += 1
                 return hit
             self.misses += 1
-        value: Exemplars = tuple((str(i), str(o)) for i, o in load())
+        # Checked once here: the mechanisms' pass over the whole set (normalize_exemplars) skips it.
+        value: Exemplars = ExemplarPairs((str(i), str(o)) for i, o in load())
         if len(value) > self.max_exemplars:
             return value
         with self._lock:

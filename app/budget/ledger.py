@@ -177,7 +177,7 @@ class Ledger:
         it may commit too: nothing but the lock's version counter changed).
         """
         c = charge_of(cost)
-        acc = repo.lock_account(session, dataset_id, tenant_id)
+        acc = repo.lock_account_row(session, dataset_id, tenant_id)
         if acc is None:
             raise NoBudgetAccount(dataset_id)
         if idempotency_key:

@@ -44,6 +44,20 @@ Exemplar = tuple[str, str]
 """One demonstration: (input text, label)."""
 
 
+class ExemplarPairs(tuple[Exemplar, ...]):
+    """Exemplars that are all exact ``(str, str)`` tuples, checked once when built (a dataset's cached set):
+    ``as_exemplar`` returns each as it is, so a whole-set pass (``normalize_exemplars``) may skip them."""
+
+    __slots__ = ()
+
+    def __new__(cls, pairs: Any) -> "ExemplarPairs":
+        items = tuple(pairs)
+        for i, e in enumerate(items):
+            if not (type(e) is tuple and len(e) == 2 and type(e[0]) is str and type(e[1]) is str):
+                raise TypeError(f"exemplar {i} is not a (str, str) tuple")
+        return super().__new__(cls, items)
+
+
 def as_exemplar(e: Any) -> Exemplar:
     """(input, label) from a pair, a mapping with ``input``/``output`` (or ``label``), or an object with those attributes."""
     if type(e) is tuple and len(e) == 2 and type(e[0]) is str and type(e[1]) is str:

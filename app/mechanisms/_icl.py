@@ -4,13 +4,13 @@ and :func:`classify_by_units`, the classification path ``rnm`` and ``poe`` share
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from app.icl.partition import partition_exemplars
-from app.icl.scoring import partition_label_distribution
-from app.icl.templates import PromptTemplate, get_template
+from app.icl.scoring import ICLPrompt, label_distribution
+from app.icl.templates import PromptTemplate, as_exemplar, get_template
 from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.base import ClassificationResult, IndexUnits, check_labels, check_query, normalize_exemplars
 from app.mechanisms.errors import MechanismParamError
@@ -42,12 +42,13 @@ def unit_label_probs(
     *,
     calibrate: bool,
 ) -> FloatArray:
-    """(units, K) label distributions, one batched model call for all units."""
-    # app.icl only iterates each unit for indices: an index array serves as well as a list.
-    return partition_label_distribution(
-        lm, exemplars, cast("Sequence[Sequence[int]]", units), query, labels, template=template_of(template),
-        calibrate=calibrate,
-    )
+    """(units, K) label distributions, one batched model call for all units.
+
+    ``exemplars`` are pairs from ``normalize_exemplars`` (every caller's): the prompts are built from the
+    pairs the units use, as ``app.icl.partition_label_distribution`` builds them, without its conversion
+    of all n exemplars first (432 per answer on the bundled set, for the 32 an 8 x 4 answer reads)."""
+    prompts = [ICLPrompt(tuple(as_exemplar(exemplars[int(i)]) for i in unit), query) for unit in units]
+    return label_distribution(lm, prompts, labels, calibrate=calibrate, template=template_of(template))
 
 
 ReleaseFn = Callable[[FloatArray, tuple[str, ...], int, np.random.Generator, list[IntArray]], ClassificationResult]

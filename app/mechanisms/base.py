@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Self, Sequen
 import numpy as np
 import numpy.typing as npt
 
+from app.icl.templates import ExemplarPairs
 from app.mechanisms.aggregate import FloatArray, IntArray
 from app.mechanisms.errors import MechanismParamError, UnknownMechanismError
 from app.privacy.accountant import PrivacyCost
@@ -63,6 +64,13 @@ class ClassificationResult:
 
 
 def _jsonable(x: Any) -> Any:
+    t = type(x)
+    # Exact built-in scalars first (every vote, index and probability of an answer's internals): what the
+    # general checks below return for them, without their ABC isinstance tests (``Mapping``).
+    if t is int or t is str or t is bool or x is None:
+        return x
+    if t is float:
+        return x if math.isfinite(x) else None
     if isinstance(x, np.ndarray):
         return _jsonable(x.tolist())
     if isinstance(x, (np.floating, float)):
@@ -158,6 +166,8 @@ def check_choice(value: Any, param: str, choices: Sequence[str]) -> str:
 
 def normalize_exemplars(exemplars: Sequence[Any]) -> list[Exemplar]:
     """(input, label) pairs from tuples, dicts with input/output (or text/label), or objects."""
+    if type(exemplars) is ExemplarPairs:  # checked when built (a dataset's cached set): every one is a pair
+        return list(exemplars)
     out: list[Exemplar] = []
     for i, e in enumerate(exemplars):
         if type(e) is tuple and len(e) == 2 and type(e[0]) is str and type(e[1]) is str:

@@ -181,6 +181,37 @@ def exact_distribution(votes: npt.ArrayLike, plan: NoisePlan) -> FloatArray:
     return agg.gumbel_rnm_distribution(votes, plan.scale)
 
 
+def _build_cost(plan: NoisePlan, p: RNMParams) -> dict[str, Any]:
+    return cost_dict(
+        plan.event,
+        epsilon=plan.epsilon,
+        delta=plan.delta,
+        adjacency=sens.parse_adjacency(p.adjacency),
+        mechanism=f"rnm-{plan.noise}",
+        params=plan.params(p),
+        method=plan.method,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_cost(plan: NoisePlan, p: RNMParams) -> dict[str, Any]:
+    """The cost dict of (plan, params), built once per distinct pair: an answer reports it before the
+    model work (the budget precheck) and again with its release, and every answer with the same
+    parameters has the same one (~0.06 ms of RDP curve and JSON-safe floats each; issue 27). Both
+    are frozen dataclasses whose fields ``RNMParams`` normalises (float, int, str, bool: equal keys
+    give the same dict, value and type). Never handed out: ``_fresh`` copies it."""
+    return _build_cost(plan, p)
+
+
+def _fresh(x: Any) -> Any:
+    """A copy of a JSON-like value whose dicts and lists are new objects (the caller may change them)."""
+    if type(x) is dict:
+        return {k: _fresh(v) for k, v in x.items()}
+    if type(x) is list:
+        return [_fresh(v) for v in x] if any(type(v) is dict or type(v) is list for v in x) else list(x)
+    return x
+
+
 class RNM(UnitMechanism):
     name = "rnm"
     is_private = True
@@ -203,15 +234,11 @@ class RNM(UnitMechanism):
         return self._cost(plan, p)
 
     def _cost(self, plan: NoisePlan, p: RNMParams) -> dict[str, Any]:
-        return cost_dict(
-            plan.event,
-            epsilon=plan.epsilon,
-            delta=plan.delta,
-            adjacency=sens.parse_adjacency(p.adjacency),
-            mechanism=f"rnm-{plan.noise}",
-            params=plan.params(p),
-            method=plan.method,
-        )
+        try:
+            built = _plan_cost(plan, p)
+        except TypeError:  # a plan that cannot be a cache key (not hashable): built afresh
+            return _build_cost(plan, p)
+        return _fresh(built)
 
     def _draw(
         self,

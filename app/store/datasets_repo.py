@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any, Sequence
 
 from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from app.store.base import new_id
+from app.store.budget_repo import AccountRow
 from app.store.dataset_tables import Dataset, Exemplar
 from app.store.gateway_tables import BudgetAccount
 
@@ -59,19 +61,56 @@ def get_dataset(session: Session, dataset_id: str, tenant_id: str) -> Dataset | 
     return session.scalar(select(Dataset).where(Dataset.id == dataset_id, Dataset.tenant_id == tenant_id))
 
 
-# Built once (every answer runs it; see budget_repo's note on prebuilt statements).
+# Built once (every answer runs it; see budget_repo's note on prebuilt statements). A Core statement on
+# the two tables: the rows come back as plain result rows, read into DatasetRow / AccountRow (no ORM
+# instances to build, register and populate: issue 27). Same join, same filter as the ORM query was.
+_DATASETS = Dataset.__table__
+_ACCOUNTS = BudgetAccount.__table__
 _DATASET_WITH_ACCOUNT = (
-    select(Dataset, BudgetAccount)
-    .outerjoin(BudgetAccount, (BudgetAccount.dataset_id == Dataset.id)
-               & (BudgetAccount.tenant_id == bindparam("tenant_id")))
-    .where(Dataset.id == bindparam("dataset_id"), Dataset.tenant_id == bindparam("tenant_id"))
+    select(*_DATASETS.c, *_ACCOUNTS.c)
+    .select_from(_DATASETS.outerjoin(_ACCOUNTS, (_ACCOUNTS.c.dataset_id == _DATASETS.c.id)
+                                     & (_ACCOUNTS.c.tenant_id == bindparam("tenant_id"))))
+    .where(_DATASETS.c.id == bindparam("dataset_id"), _DATASETS.c.tenant_id == bindparam("tenant_id"))
 )
+_N_DATASET = len(_DATASETS.c)
 
 
-def get_dataset_with_account(session: Session, dataset_id: str, tenant_id: str) -> tuple[Dataset, BudgetAccount | None] | None:
-    """A dataset the tenant may see and its budget account (None for a public set), in one query."""
+class DatasetRow:
+    """A dataset row read by a Core statement: its columns as attributes (read-only use: the answer's
+    read phase)."""
+
+    __slots__ = tuple(_DATASETS.c.keys())  # in the table's column order (a row's order); checked below
+    id: str
+    tenant_id: str
+    name: str
+    task: str
+    labels: list[str]
+    template: dict[str, Any]
+    exemplar_count: int
+    label_counts: dict[str, int]
+    created_at: datetime
+    answer_reuse: bool
+    visibility: str
+    provenance: dict[str, Any] | None
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        for key, value in zip(self.__slots__, values):
+            setattr(self, key, value)
+
+
+assert set(DatasetRow.__annotations__) == set(DatasetRow.__slots__), "DatasetRow must list the dataset's columns"
+
+
+def get_dataset_with_account(session: Session, dataset_id: str,
+                             tenant_id: str) -> tuple[DatasetRow, AccountRow | None] | None:
+    """A dataset the tenant may see and its budget account (None for a public set), in one query, as
+    read-only rows (what an answer reads; ``get_dataset`` gives the ORM instance)."""
     row = session.execute(_DATASET_WITH_ACCOUNT, {"dataset_id": dataset_id, "tenant_id": tenant_id}).first()
-    return (row[0], row[1]) if row is not None else None
+    if row is None:
+        return None
+    values = tuple(row)
+    account = values[_N_DATASET:]
+    return DatasetRow(values[:_N_DATASET]), (AccountRow(account) if account[0] is not None else None)
 
 
 def list_datasets(session: Session, tenant_id: str, *, limit: int, offset: int) -> tuple[list[Dataset], int]:

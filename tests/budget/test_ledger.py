@@ -210,3 +210,52 @@ def test_a_charge_leaves_the_account_object_equal_to_its_row_and_nothing_dirty(d
     with db.session() as s:
         fresh = budget_repo.get_account(s, ds, "t1")
         assert (fresh.charges, fresh.epsilon_spent, fresh.rdp_sum) == (2, second.epsilon_spent, acc.rdp_sum)
+
+
+def test_the_answers_read_gives_every_column_the_orm_reads(db):
+    """The answer's read phase (datasets_repo.get_dataset_with_account) is a Core query into plain rows:
+    every column equal to the ORM's instances (JSON, datetimes, after charges), None for a set without an
+    account, and nothing for another tenant."""
+    from app.store import budget_repo
+    from app.store.dataset_tables import Dataset
+    from app.store.gateway_tables import BudgetAccount
+
+    ds = _dataset(db, 10.0)
+    _UnitOfWork(db).charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(3.0), mechanism="rnm",
+                           params={"a": 1}, response={})
+    with db.session() as s:
+        public = datasets_repo.create_dataset(s, tenant_id="t1", name="p", task="classification", labels=["a", "b"],
+                                              template={"mode": "raw"}, exemplars=[], visibility="public",
+                                              provenance={"parent_dataset_id": ds})
+        s.commit()
+        public_id = public.id
+    with db.session() as s:
+        found = datasets_repo.get_dataset_with_account(s, ds, "t1")
+        assert found is not None
+        row, acc = found
+        orm, orm_acc = datasets_repo.get_dataset(s, ds, "t1"), budget_repo.get_account(s, ds, "t1")
+        for col in Dataset.__table__.c.keys():
+            assert getattr(row, col) == getattr(orm, col), col
+        assert acc is not None
+        for col in BudgetAccount.__table__.c.keys():
+            assert getattr(acc, col) == getattr(orm_acc, col), col
+        assert acc.charges == 1 and acc.rdp_sum == orm_acc.rdp_sum and row.created_at == orm.created_at
+        pub = datasets_repo.get_dataset_with_account(s, public_id, "t1")
+        assert pub is not None and pub[1] is None and pub[0].provenance == {"parent_dataset_id": ds}
+        assert datasets_repo.get_dataset_with_account(s, ds, "t2") is None
+
+
+def test_a_charge_flushes_the_sessions_pending_account_change_first(db):
+    """The charge's lock is a Core statement; like the ORM statement's autoflush, an unflushed change to
+    the account in the caller's session is written before the lock reads the row."""
+    from app.store import budget_repo
+
+    ds = _dataset(db, 10.0)
+    cost = _typed(_gaussian_cost(3.0))
+    with db.session() as s:
+        acc = budget_repo.get_account(s, ds, "t1")
+        acc.epsilon_budget = 1e-9  # pending, not flushed
+        with pytest.raises(BudgetExhausted) as exc:
+            Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost=cost, mechanism="rnm", params={}, response={})
+        assert exc.value.epsilon_budget == 1e-9
+        s.rollback()

@@ -67,3 +67,19 @@ def test_shared_path_validates_before_any_model_call(name):
         mech.classify(lm, EXEMPLARS, "  ", LABELS, None, None, np.random.default_rng(0))
     assert bad_query.value.param == "query"
     assert lm.batches == []
+
+
+@pytest.mark.parametrize("calibrate", [False, True])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_units_prompts_are_the_ones_app_icl_builds(calibrate, seed):
+    """unit_label_probs builds the units' prompts from the pairs they use (not converting all n first):
+    the same prompt texts, hence the same scores, as app.icl.partition_label_distribution."""
+    from app.icl.scoring import partition_label_distribution
+    from app.icl.templates import get_template
+
+    units = partition_exemplars(len(EXEMPLARS), 4, 3, np.random.default_rng(seed))
+    a, b = ScoringDouble(), ScoringDouble()
+    got = unit_label_probs(a, EXEMPLARS, units, QUERY, LABELS, None, calibrate=calibrate)
+    ref = partition_label_distribution(b, EXEMPLARS, units, QUERY, LABELS, template=get_template(None),
+                                       calibrate=calibrate)
+    assert np.array_equal(got, ref) and a.batches == b.batches
