@@ -78,15 +78,37 @@ def _validation_message(err: dict) -> str:
 
 
 def _param_and_message(err: dict, prefix: str = "") -> tuple[str | None, str]:
-    loc = _loc_to_param(tuple(err.get("loc", ())))
+    raw_loc = tuple(err.get("loc", ()))
+    if err.get("type") == "json_invalid":
+        # FastAPI's loc is ("body", <character offset>): the offset is no field. json's reason names no text.
+        where = raw_loc[1] if len(raw_loc) > 1 else "?"
+        return f"{prefix}body", f"not valid JSON: {(err.get('ctx') or {}).get('error', 'parse error')} (character {where})"
+    loc = _loc_to_param(raw_loc)
     msg = _validation_message(err)
     if not loc:
         # Model-level validators name their field first: "labels: required for ..."
         head, sep, rest = msg.partition(":")
         if sep and head.replace("_", "").replace(".", "").isalnum():
             loc, msg = head, rest.strip()
-    param = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or None)
+    if loc:
+        param: str | None = f"{prefix}{loc}"
+    elif prefix:
+        param = prefix.rstrip(".")
+    else:  # the body as a whole (not an object, or not JSON: a text/plain body)
+        param = "body" if raw_loc[:1] == ("body",) else None
     return param, msg
+
+
+# FastAPI's 400 for a body it could not decode (bytes that are not UTF-8, a gzip body, nesting past the
+# recursion limit): answered as the 422 every other unparseable body gets (tests/api/test_unparseable_body.py).
+_FASTAPI_PARSE_ERROR = "There was an error parsing the body"
+
+
+def _parse_error(exc: BaseException) -> APIError:
+    cause = exc.__cause__
+    why = ("not UTF-8 text" if isinstance(cause, UnicodeDecodeError)
+           else "nested too deeply" if isinstance(cause, RecursionError) else "it could not be decoded")
+    return APIError(422, f"body: not valid JSON: {why}", param="body", code="invalid_value")
 
 
 def validation_error(errors: list[dict], prefix: str = "") -> APIError:
@@ -143,6 +165,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.detail == _FASTAPI_PARSE_ERROR:
+            bad = _parse_error(exc)
+            return JSONResponse(error_body(bad.message, bad.type, bad.param, bad.code), status_code=422)
         message = exc.detail if isinstance(exc.detail, str) else "error"
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 404 and message == "Not Found":
