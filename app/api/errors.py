@@ -67,8 +67,14 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def _loc_to_param(loc: tuple) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+_LOCATIONS = ("body", "query", "path", "header", "cookie")
+
+
+def _loc_to_param(loc: tuple, located: bool) -> str | None:
+    # FastAPI's errors start with where the value came from (("body", "query") is the body's field
+    # `query`); a plain pydantic error starts with the field. Only that first element is dropped: a field
+    # named `query` (the private answers' question) or `path` is a field like any other.
+    parts = [str(p) for p in (loc[1:] if located and loc[:1] and loc[0] in _LOCATIONS else loc)]
     return ".".join(parts) if parts else None
 
 
@@ -77,13 +83,13 @@ def _validation_message(err: dict) -> str:
     return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
 
 
-def _param_and_message(err: dict, prefix: str = "") -> tuple[str | None, str]:
+def _param_and_message(err: dict, prefix: str = "", located: bool = False) -> tuple[str | None, str]:
     raw_loc = tuple(err.get("loc", ()))
     if err.get("type") == "json_invalid":
         # FastAPI's loc is ("body", <character offset>): the offset is no field. json's reason names no text.
         where = raw_loc[1] if len(raw_loc) > 1 else "?"
         return f"{prefix}body", f"not valid JSON: {(err.get('ctx') or {}).get('error', 'parse error')} (character {where})"
-    loc = _loc_to_param(raw_loc)
+    loc = _loc_to_param(raw_loc, located)
     msg = _validation_message(err)
     if not loc:
         # Model-level validators name their field first: "labels: required for ..."
@@ -95,7 +101,7 @@ def _param_and_message(err: dict, prefix: str = "") -> tuple[str | None, str]:
     elif prefix:
         param = prefix.rstrip(".")
     else:  # the body as a whole (not an object, or not JSON: a text/plain body)
-        param = "body" if raw_loc[:1] == ("body",) else None
+        param = "body" if located and raw_loc[:1] == ("body",) else None
     return param, msg
 
 
@@ -111,13 +117,14 @@ def _parse_error(exc: BaseException) -> APIError:
     return APIError(422, f"body: not valid JSON: {why}", param="body", code="invalid_value")
 
 
-def validation_error(errors: list[dict], prefix: str = "") -> APIError:
-    """A 422 APIError from pydantic errors; ``param`` is the first offending field's dotted path."""
+def validation_error(errors: list[dict], prefix: str = "", *, located: bool = False) -> APIError:
+    """A 422 APIError from pydantic errors; ``param`` is the first offending field's dotted path.
+    ``located``: FastAPI's errors, whose ``loc`` starts with body / query / path / header."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    param, _ = _param_and_message(first, prefix)
+    param, _ = _param_and_message(first, prefix, located)
     parts = []
     for e in errors[:10]:
-        p, m = _param_and_message(e, prefix)
+        p, m = _param_and_message(e, prefix, located)
         parts.append(f"{p or 'body'}: {m}")
     return APIError(422, "; ".join(parts), param=param, code="invalid_value")
 
@@ -160,7 +167,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req: Request, exc: RequestValidationError):
-        err = validation_error(list(exc.errors()))
+        err = validation_error(list(exc.errors()), located=True)
         return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)

@@ -71,3 +71,20 @@ def test_valid_json_still_accepted(live_server):
     r = httpx.post(f"{live_server}/v1/privacy/convert", content=b'{"rho": 0.1, "delta": 1e-5, "count": 2}',
                    headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 200 and r.json()["count"] == 2, r.text
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/private/classify", {"dataset_id": "ds_nosuch", "query": "a" * 20_001}),
+    ("/v1/private/classify", {"dataset_id": "ds_nosuch", "query": ""}),
+    ("/v1/private/classify", {"dataset_id": "ds_nosuch", "query": 5}),
+    ("/v1/private/generate", {"dataset_id": "ds_nosuch", "query": "a" * 20_001}),
+], ids=["classify-long", "classify-empty", "classify-number", "generate-long"])
+def test_a_field_named_query_is_named(live_server, path, body):
+    """FastAPI's error location is ("body", "query"): only its first element is the location. Before, every
+    element equal to "body", "query", "path" or "header" was dropped, so the field ``query`` was never named
+    (``param: null``): the most common field of the private answers."""
+    r = httpx.post(f"{live_server}{path}", json=body, timeout=60)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["param"] == "query", err
+    assert err["message"].startswith("query: "), err
