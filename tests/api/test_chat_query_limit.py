@@ -60,3 +60,25 @@ def test_the_bound_itself_is_answered(live_server, dataset):
     r = httpx.post(f"{live_server}/v1/private/classify", timeout=60, json={
         "dataset_id": dataset, "query": "a" * (QUERY_MAX_CHARS + 1), "epsilon": 1.0})
     assert r.status_code == 422 and r.json()["error"]["param"] == "query", r.text  # the same bound there
+
+
+def _spent(live_server, dataset):
+    return httpx.get(f"{live_server}/v1/datasets/{dataset}/budget", timeout=30).json()["epsilon_spent"]
+
+
+def test_a_query_past_the_model_context_names_the_query(live_server, dataset):
+    """Within the character bound, a query can still exceed the model's context (one CJK character is
+    about two tokens here): a 422 naming the query (``messages.N.content`` on the chat route), nothing
+    charged. Before: ``param: null``."""
+    query = "\u96e8" * 19_000  # 38,000 tokens > 8,192
+    before = _spent(live_server, dataset)
+    r = httpx.post(f"{live_server}/v1/private/classify", timeout=60, json={
+        "dataset_id": dataset, "query": query, "epsilon": 1.0, "partitions": 2, "shots_per_partition": 1})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert (err["param"], err["code"]) == ("query", "prompt_too_long"), err
+    r = _chat(live_server, dataset, [{"role": "user", "content": "hello"}, {"role": "user", "content": query}])
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert (err["param"], err["code"]) == ("messages.1.content", "prompt_too_long"), err
+    assert _spent(live_server, dataset) == before

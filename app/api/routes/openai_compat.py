@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, field_validator
 from app.jsonbody import JSONBody
 
 from app.answers import classify as answers_classify, generate as answers_generate
+from app.answers.errors import InvalidRequest
 from app.answers.flow import dataset_task
 from app.answers.presentation import compact_privacy
 from app.api.answer_http import QUERY_MAX_CHARS, IncludeQuery, answer_headers, client_gone
@@ -143,20 +144,25 @@ async def chat_completions(
     if body.model and model_name is None:
         raise APIError(404, f"model {body.model!r} is not served here", param="model", code="model_not_found")
 
-    task = await dataset_task(rt, principal, body.dataset_id)
-    if task == "generation":
-        ans = await answers_generate.generate(
-            rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
-            params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
-            return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse, client_gone=client_gone(request))
-        content = ans.body.get("text", "")
-    else:
-        ans = await answers_classify.classify(
-            rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
-            model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse, client_gone=client_gone(request))
-        content = ans.body["label"]
+    try:
+        task = await dataset_task(rt, principal, body.dataset_id)
+        if task == "generation":
+            ans = await answers_generate.generate(
+                rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
+                params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
+                return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+                reuse=body.reuse, client_gone=client_gone(request))
+            content = ans.body.get("text", "")
+        else:
+            ans = await answers_classify.classify(
+                rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
+                model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+                reuse=body.reuse, client_gone=client_gone(request))
+            content = ans.body["label"]
+    except InvalidRequest as exc:
+        if exc.param == "query":  # the answer service's name for what is here the last user message
+            exc.param = f"messages.{users[-1]}.content"
+        raise
     b = ans.body
     out = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
