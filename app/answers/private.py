@@ -95,10 +95,14 @@ def cost_of(rt: Runtime, mech: AnswerMechanism, params: Mapping[str, Any], *, ac
 def run_mechanism(mech: AnswerMechanism, parsed: Any, inputs: AnswerInputs,
                   rng: np.random.Generator | None) -> MechanismOutput:
     """The model work of one answer; a parameter the mechanism rejects only at run time is a 422."""
+    from app.llm.errors import ContextTooLong
     from app.mechanisms.errors import MechanismParamError
 
     try:
         return mech.run(parsed, inputs, rng)
+    except ContextTooLong as exc:  # the exemplars are bounded at upload: the query is what the caller can shorten
+        raise InvalidRequest(f"{exc}: shorten the query, or put fewer exemplars in each prompt", param="query",
+                             code="prompt_too_long") from None
     except (MechanismParamError, ValueError) as exc:
         raise mechanism_error(exc) from None
 

@@ -12,6 +12,10 @@ from fastapi.responses import JSONResponse
 from app.answers.flow import PrivateAnswer
 from app.answers.presentation import presented
 
+# The longest query a private answer takes (classify, generate, and the last user message of a chat
+# completion): checked before any model work (a 1 MB chat message was tokenized whole before this bound).
+QUERY_MAX_CHARS = 20_000
+
 IncludeQuery = Annotated[Literal["accounting"] | None, Query(
     description="`accounting`: also return the RDP curve (`privacy.orders`, `privacy.rdp`) the ledger composes")]
 

@@ -46,7 +46,12 @@ def authenticate(request: Request) -> Principal:
     rt = request.app.state.runtime
     if auth_mode(rt) == "open":
         return open_principal()
-    header = request.headers.get("authorization", "")
+    headers = request.headers.getlist("authorization")
+    if len(headers) > 1:
+        # One request, one key: a proxy or log in front may read the last header where we would read the first.
+        raise APIError(401, "send one Authorization header (this request has several)", code="invalid_api_key",
+                       headers=_BEARER)
+    header = headers[0] if headers else ""
     if not header and request.method in ("GET", "HEAD"):
         # The web UI polls job status with its session cookie (HttpOnly, SameSite=Strict): read-only
         # requests only, so a cookie can never submit, cancel or charge anything through the JSON API.

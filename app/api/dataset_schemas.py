@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -63,8 +64,10 @@ class DatasetMeta(JSONBody):
         cleaned = [s.strip() for s in v]
         if any(not s for s in cleaned):
             raise ValueError("labels must be non-empty strings")
-        if len(set(cleaned)) != len(cleaned):
-            raise ValueError("labels must be unique")
+        # Unique as text, not as code points: "caf\u00e9" and "cafe\u0301" are one word in two Unicode forms
+        # (they render alike, and would split one class's votes in two).
+        if len({unicodedata.normalize("NFC", s) for s in cleaned}) != len(cleaned):
+            raise ValueError("labels must be unique (compared trimmed and in Unicode NFC)")
         return cleaned
 
     @model_validator(mode="after")

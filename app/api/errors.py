@@ -67,8 +67,14 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def _loc_to_param(loc: tuple) -> str | None:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+_LOCATIONS = ("body", "query", "path", "header", "cookie")
+
+
+def _loc_to_param(loc: tuple, located: bool) -> str | None:
+    # FastAPI's errors start with where the value came from (("body", "query") is the body's field
+    # `query`); a plain pydantic error starts with the field. Only that first element is dropped: a field
+    # named `query` (the private answers' question) or `path` is a field like any other.
+    parts = [str(p) for p in (loc[1:] if located and loc[:1] and loc[0] in _LOCATIONS else loc)]
     return ".".join(parts) if parts else None
 
 
@@ -77,25 +83,48 @@ def _validation_message(err: dict) -> str:
     return str(err.get("msg", "invalid value")).removeprefix("Value error, ")
 
 
-def _param_and_message(err: dict, prefix: str = "") -> tuple[str | None, str]:
-    loc = _loc_to_param(tuple(err.get("loc", ())))
+def _param_and_message(err: dict, prefix: str = "", located: bool = False) -> tuple[str | None, str]:
+    raw_loc = tuple(err.get("loc", ()))
+    if err.get("type") == "json_invalid":
+        # FastAPI's loc is ("body", <character offset>): the offset is no field. json's reason names no text.
+        where = raw_loc[1] if len(raw_loc) > 1 else "?"
+        return f"{prefix}body", f"not valid JSON: {(err.get('ctx') or {}).get('error', 'parse error')} (character {where})"
+    loc = _loc_to_param(raw_loc, located)
     msg = _validation_message(err)
     if not loc:
         # Model-level validators name their field first: "labels: required for ..."
         head, sep, rest = msg.partition(":")
         if sep and head.replace("_", "").replace(".", "").isalnum():
             loc, msg = head, rest.strip()
-    param = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or None)
+    if loc:
+        param: str | None = f"{prefix}{loc}"
+    elif prefix:
+        param = prefix.rstrip(".")
+    else:  # the body as a whole (not an object, or not JSON: a text/plain body)
+        param = "body" if located and raw_loc[:1] == ("body",) else None
     return param, msg
 
 
-def validation_error(errors: list[dict], prefix: str = "") -> APIError:
-    """A 422 APIError from pydantic errors; ``param`` is the first offending field's dotted path."""
+# FastAPI's 400 for a body it could not decode (bytes that are not UTF-8, a gzip body, nesting past the
+# recursion limit): answered as the 422 every other unparseable body gets (tests/api/test_unparseable_body.py).
+_FASTAPI_PARSE_ERROR = "There was an error parsing the body"
+
+
+def _parse_error(exc: BaseException) -> APIError:
+    cause = exc.__cause__
+    why = ("not UTF-8 text" if isinstance(cause, UnicodeDecodeError)
+           else "nested too deeply" if isinstance(cause, RecursionError) else "it could not be decoded")
+    return APIError(422, f"body: not valid JSON: {why}", param="body", code="invalid_value")
+
+
+def validation_error(errors: list[dict], prefix: str = "", *, located: bool = False) -> APIError:
+    """A 422 APIError from pydantic errors; ``param`` is the first offending field's dotted path.
+    ``located``: FastAPI's errors, whose ``loc`` starts with body / query / path / header."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    param, _ = _param_and_message(first, prefix)
+    param, _ = _param_and_message(first, prefix, located)
     parts = []
     for e in errors[:10]:
-        p, m = _param_and_message(e, prefix)
+        p, m = _param_and_message(e, prefix, located)
         parts.append(f"{p or 'body'}: {m}")
     return APIError(422, "; ".join(parts), param=param, code="invalid_value")
 
@@ -138,11 +167,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req: Request, exc: RequestValidationError):
-        err = validation_error(list(exc.errors()))
+        err = validation_error(list(exc.errors()), located=True)
         return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.detail == _FASTAPI_PARSE_ERROR:
+            bad = _parse_error(exc)
+            return JSONResponse(error_body(bad.message, bad.type, bad.param, bad.code), status_code=422)
         message = exc.detail if isinstance(exc.detail, str) else "error"
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 404 and message == "Not Found":

@@ -78,7 +78,9 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
-    from app.api import auth_middleware, metrics
+    from app.api import auth_middleware, log_redact, metrics
+
+    log_redact.install()  # a key sent in a URL never reaches the access log (docs/security.md)
 
     # Middleware: the last installed runs first. Outermost to innermost: metrics (times every answer, 401s
     # included), the key (before anything reads the body or looks at the input: no key, no work), bad bytes

@@ -56,14 +56,14 @@ ERROR_ENVELOPE = {
 }
 
 DESCRIPTIONS = {
-    "400": "The body is not parseable JSON",
+    "400": "Not a valid HTTP request (answered by the HTTP parser: a NUL in a header, a malformed request line)",
     "401": "Missing, invalid or revoked API key (keyed mode)",
     "403": "The API key lacks the scope this operation needs",
     "404": "No such resource for this tenant (dataset, model, job, artifact), or a body that names one",
     "409": "Conflict: an Idempotency-Key reused with a different request, or a finished job",
     "413": "The body is larger than the server accepts",
     "415": "Unsupported Content-Type",
-    "422": "Invalid input; `error.param` names the field",
+    "422": "Invalid input; `error.param` names the field (`body` for a body that is not JSON)",
     "429": "The dataset's privacy budget cannot pay for this (code budget_exhausted), or the tenant's job "
            "queue is full (code queue_full, with Retry-After)",
     "502": "The model server behind a remote backend failed",

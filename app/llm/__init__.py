@@ -5,7 +5,7 @@ arrives as arguments.
 """
 
 from .bundled import BUNDLED, bundled_specs
-from .errors import CapabilityError, LLMError, ModelLoadError
+from .errors import CapabilityError, ContextTooLong, LLMError, ModelLoadError
 from .loader import load_model, resolve_device, resolve_dtype
 from .types import Capabilities, Embedder, Generation, LanguageModel, ModelSpec
 
@@ -23,6 +23,7 @@ __all__ = [
     "BUNDLED",
     "Capabilities",
     "CapabilityError",
+    "ContextTooLong",
     "DecodeSession",
     "Embedder",
     "Generation",

@@ -17,3 +17,7 @@ class ModelLoadError(LLMError):
 
 class CapabilityError(LLMError, ValueError):
     """A backend was asked for something it cannot do (or the input cannot be served)."""
+
+
+class ContextTooLong(CapabilityError):
+    """A prompt (with its continuation) does not fit the model's context window."""

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import CapabilityError
+from .errors import CapabilityError, ContextTooLong
 
 ModelKind = Literal["lm", "embedder"]
 FinishReason = Literal["stop", "length"]
@@ -119,7 +119,7 @@ def check_prompt_rows(rows: list[list[int]], extra: int, max_context: int | None
         if not r:
             raise CapabilityError(f"prompt {i} is empty after tokenization; {model} needs at least one token")
         if max_context is not None and len(r) + extra > max_context:
-            raise CapabilityError(
+            raise ContextTooLong(
                 f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {max_context} of {model}"
             )
     return rows

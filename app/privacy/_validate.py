@@ -79,7 +79,14 @@ def probability_open(x: Any, param: str) -> float:
     return x
 
 
-def count(x: Any, param: str, *, minimum: int = 0) -> int:
+# The largest count (trials, compositions, batch size, ...) the math takes: integers stay exact in float64
+# up to here, and it is the largest JSON-safe integer (the API's seeds have the same bound). Past it, JSON's
+# unbounded integers reached float(10**400) (OverflowError, a 500) and counts from about 2**60 on gave
+# wrong refusals ("accuracy: got nan"). The request schemas (app/privacy/schemas.py) declare it too.
+MAX_COUNT = 2**53 - 1
+
+
+def count(x: Any, param: str, *, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
     if isinstance(x, bool):
         raise PrivacyInputError(f"must be an integer, got {x!r}", param=param)
     if isinstance(x, (float, np.floating)) and (not math.isfinite(x) or x != int(x)):
@@ -90,4 +97,7 @@ def count(x: Any, param: str, *, minimum: int = 0) -> int:
         raise PrivacyInputError(f"must be an integer, got {x!r}", param=param) from None
     if i < minimum:
         raise PrivacyInputError(f"must be >= {minimum}, got {i}", param=param)
+    if i > maximum:
+        shown = str(i) if i < 10**30 else f"an integer of about {int(i.bit_length() * 0.30103)} digits"
+        raise PrivacyInputError(f"must be <= {maximum}, got {shown}", param=param)
     return i

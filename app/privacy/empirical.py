@@ -41,7 +41,7 @@ THRESHOLD_CAVEAT = (
 
 
 def _check_kn(k: int, n: int, kname: str = "k", nname: str = "n") -> tuple[int, int]:
-    n = v.count(n, nname, minimum=1)
+    n = v.count(n, nname, minimum=1, maximum=4 * v.MAX_COUNT)  # n: a sum of counts (tp + fn, or all four)
     k = v.count(k, kname, minimum=0)
     if k > n:
         raise PrivacyInputError(f"{kname} = {k} exceeds {nname} = {n}", param=kname)

@@ -9,13 +9,16 @@ from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict, JsonValue
 
 from app.jsonbody import JSONBody
-from app.privacy._validate import MIN_EPSILON
+from app.privacy._validate import MAX_COUNT, MIN_EPSILON
 
 # Finite numbers only: NaN / Infinity in a body are 422, never a 500.
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Delta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+# Counts: at most 2**53 - 1 (app.privacy._validate.MAX_COUNT; a JSON integer has no size of its own).
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+PositiveCount = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Orders = str | list[Finite]
 # What the schema says of an order grid (app.privacy.rdp.parse_orders checks it, 422 naming `orders`): a spec
 # ("2-99", "2,3,4.5", "2-10,12.5,20-30") or a list of orders, each > 1.
@@ -120,12 +123,12 @@ class CalibrateRequest(_Body):
     solve_for: Literal["temperature", "clip", "batch-size", "batch_size", "sigma"]
     target_epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False, json_schema_extra={"minimum": MIN_EPSILON})]
     delta: Delta
-    compositions: Annotated[int, Field(ge=1)] | None = Field(
+    compositions: PositiveCount | None = Field(
         None, description="releases composed: sequences x tokens (required for clip-softmax)"
     )
     temperature: PositiveFloat | None = None
     clip: PositiveFloat | None = None
-    batch_size: Annotated[int, Field(ge=1)] | None = None
+    batch_size: PositiveCount | None = None
     sensitivity: PositiveFloat | None = Field(None, description="L2 sensitivity (gaussian; default 1)")
     orders: Orders | None = Field(None, description="'2-99', '2,3,4.5' or a list; default dp-accounting's grid",
                                   json_schema_extra=ORDERS_SCHEMA)
@@ -148,7 +151,7 @@ class ConvertRequest(_Body):
     mu: NonNegFloat | None = None
     sigma: PositiveFloat | None = None
     sensitivity: PositiveFloat | None = None
-    count: Annotated[int, Field(ge=1)] = 1
+    count: PositiveCount = 1
     delta: Delta | None = None
     epsilon: NonNegFloat | None = None
     to: Literal["epsilon", "delta", "mu", "rho"] | None = None
@@ -160,13 +163,13 @@ class ConvertRequest(_Body):
 class EmpiricalRequest(_Body):
     model_config = ConfigDict(extra="forbid", json_schema_extra=EMPIRICAL_VARIANTS)
 
-    tp: Annotated[int, Field(ge=0)] | None = None
-    fn: Annotated[int, Field(ge=0)] | None = None
-    fp: Annotated[int, Field(ge=0)] | None = None
-    tn: Annotated[int, Field(ge=0)] | None = None
-    trials: Annotated[int, Field(ge=1)] | None = None
+    tp: Count | None = None
+    fn: Count | None = None
+    fp: Count | None = None
+    tn: Count | None = None
+    trials: PositiveCount | None = None
     accuracy: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
-    correct: Annotated[int, Field(ge=0)] | None = None
+    correct: Count | None = None
     confidence: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.95
     delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
 

@@ -65,6 +65,8 @@ def test_jsonl_upload(live_server):
         (lambda b: b["exemplars"][2].pop("output"), "exemplars.2.output"),
         (lambda b: b.update(labels=["a"]), "labels"),
         (lambda b: b.update(labels=["a", "a"]), "labels"),
+        # the same text in two Unicode forms (U+00E9 and e + U+0301 render alike): two labels that look one
+        (lambda b: b.update(labels=["caf\u00e9", "cafe\u0301"]), "labels"),
         (lambda b: b.pop("labels"), "labels"),
         (lambda b: b.update(task="translation"), "task"),
         (lambda b: b.update(exemplars=[]), "exemplars"),

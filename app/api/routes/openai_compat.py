@@ -21,9 +21,10 @@ from pydantic import ConfigDict, Field, field_validator
 from app.jsonbody import JSONBody
 
 from app.answers import classify as answers_classify, generate as answers_generate
+from app.answers.errors import InvalidRequest
 from app.answers.flow import dataset_task
 from app.answers.presentation import compact_privacy
-from app.api.answer_http import IncludeQuery, answer_headers, client_gone
+from app.api.answer_http import QUERY_MAX_CHARS, IncludeQuery, answer_headers, client_gone
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
@@ -130,30 +131,38 @@ async def chat_completions(
     if body.stream:
         raise APIError(422, "streaming is not supported: a private answer is released whole, after its charge",
                        param="stream", code="unsupported")
-    users = [m for m in body.messages if m.role == "user"]
-    if not users or _blank(_text(users[-1].content)):
+    users = [i for i, m in enumerate(body.messages) if m.role == "user"]
+    query = _text(body.messages[users[-1]].content) if users else ""
+    if not users or _blank(query):
         raise APIError(422, "the last user message is the query and must not be empty", param="messages")
-    query = _text(users[-1].content)
+    if len(query) > QUERY_MAX_CHARS:  # the bound of classify's and generate's query, before any model work
+        raise APIError(422, f"the last user message is the query: at most {QUERY_MAX_CHARS} characters, got "
+                            f"{len(query)}", param=f"messages.{users[-1]}.content", code="invalid_value")
     params = {**body.dp_params, **{k: getattr(body, k) for k in (
         "epsilon", "delta", "partitions", "shots_per_partition", "adjacency", "calibrate") if getattr(body, k) is not None}}
     model_name = body.model if body.model and body.model in rt.models else None
     if body.model and model_name is None:
         raise APIError(404, f"model {body.model!r} is not served here", param="model", code="model_not_found")
 
-    task = await dataset_task(rt, principal, body.dataset_id)
-    if task == "generation":
-        ans = await answers_generate.generate(
-            rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
-            params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
-            return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse, client_gone=client_gone(request))
-        content = ans.body.get("text", "")
-    else:
-        ans = await answers_classify.classify(
-            rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
-            model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
-            reuse=body.reuse, client_gone=client_gone(request))
-        content = ans.body["label"]
+    try:
+        task = await dataset_task(rt, principal, body.dataset_id)
+        if task == "generation":
+            ans = await answers_generate.generate(
+                rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "esa",
+                params=params, model=model_name, max_tokens=body.max_completion_tokens or body.max_tokens,
+                return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+                reuse=body.reuse, client_gone=client_gone(request))
+            content = ans.body.get("text", "")
+        else:
+            ans = await answers_classify.classify(
+                rt, principal, dataset_id=body.dataset_id, query=query, mechanism=body.mechanism or "rnm", params=params,
+                model=model_name, return_internals=body.return_internals, seed=body.seed, idempotency_key=idempotency_key,
+                reuse=body.reuse, client_gone=client_gone(request))
+            content = ans.body["label"]
+    except InvalidRequest as exc:
+        if exc.param == "query":  # the answer service's name for what is here the last user message
+            exc.param = f"messages.{users[-1]}.content"
+        raise
     b = ans.body
     out = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",

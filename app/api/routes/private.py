@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field
 from app.jsonbody import JSONBody
 
 from app.answers.classify import classify as classify_answer
-from app.api.answer_http import IncludeQuery, client_gone, respond
+from app.api.answer_http import QUERY_MAX_CHARS, IncludeQuery, client_gone, respond
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.schemas import AdjacencyName, ClassificationAnswer, ClassifyMechanism, MechanismList
@@ -22,7 +22,7 @@ class ClassifyRequest(JSONBody):
     model_config = ConfigDict(extra="forbid")
 
     dataset_id: str = Field(min_length=1, max_length=64)
-    query: str = Field(min_length=1, max_length=20_000)
+    query: str = Field(min_length=1, max_length=QUERY_MAX_CHARS)
     mechanism: ClassifyMechanism = Field(default="rnm", description="see GET /v1/private/mechanisms")
     epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)

@@ -12,7 +12,7 @@ from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.answers.generate import MAX_TOKENS_LIMIT, generate
-from app.api.answer_http import IncludeQuery, client_gone, respond
+from app.api.answer_http import QUERY_MAX_CHARS, IncludeQuery, client_gone, respond
 from app.api.schemas import AdjacencyName, GenerateMechanism, GenerationAnswer, GenerationMechanismList
 from app.jsonbody import JSONBody
 
@@ -27,9 +27,9 @@ class GenerateRequest(JSONBody):
     ]})
 
     dataset_id: str = Field(min_length=1, max_length=64)
-    query: str | None = Field(default=None, min_length=1, max_length=20_000,
+    query: str | None = Field(default=None, min_length=1, max_length=QUERY_MAX_CHARS,
                               description="the input to answer (or give `instruction`)")
-    instruction: str | None = Field(default=None, min_length=1, max_length=20_000,
+    instruction: str | None = Field(default=None, min_length=1, max_length=QUERY_MAX_CHARS,
                                     description="a generation instruction, used as the query")
     mechanism: GenerateMechanism = Field(default="esa", description="see GET /v1/private/generate/mechanisms")
     epsilon: float | None = Field(default=None, gt=0, allow_inf_nan=False)
