@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     # Model work of one private answer must finish within this many seconds: a request still waiting
     # in a model's batch queue at its deadline is answered 503 (deadline_exceeded), uncharged.
     request_deadline_seconds: float = Field(default=120.0, gt=0)
+    # Tokens one private answer may run through an in-process model (prompt rows as submitted, one per row
+    # per decode step): the caller picks the query, partitions and shots, so this bounds the model time one
+    # request can take (docs/security.md, "Input limits"); a request over it is a 422 request_too_large before
+    # the call that would pass it, uncharged. 0: no bound. An rnm 8 x 4 answer of the bundled task is ~900.
+    max_answer_tokens: int = Field(default=32_768, ge=0)
 
     # Limits on private exemplar sets (issue 3).
     max_exemplars: int = Field(default=10_000, ge=1)

@@ -172,18 +172,20 @@ async def run_sync(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def work_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
-                    deadline_s: float | None = None, mechanism: str | None = None) -> Any:
+                    deadline_s: float | None = None, mechanism: str | None = None,
+                    max_tokens: int | None = None) -> Any:
     """The model work of one answer, in the calling (worker) thread, as the caller's tenant: prefix
     caches (in-process LRU, remote vLLM cache_salt; CVE-2025-46570) and batches are shared within the
     tenant only (app/llm/tenancy.py). A model whose batch queue is full refuses at once
     (Overloaded: 503 + Retry-After) before any work; ``deadline_s`` bounds the time the work may
-    wait in the queue (DeadlineExceeded: 503). Both come before the charge."""
-    from app.llm.tenancy import deadline_scope, tenant_scope
+    wait in the queue (DeadlineExceeded: 503); ``max_tokens`` bounds the tokens it may run through the
+    model (WorkTooLarge: 422, app.answers.private). All come before the charge."""
+    from app.llm.tenancy import deadline_scope, tenant_scope, work_scope
 
     if mechanism:
         _notify("mechanism", name=mechanism)
     sched = getattr(lm, "scheduler", None)
-    with tenant_scope(caller.tenant_id), deadline_scope(deadline_s):
+    with tenant_scope(caller.tenant_id), deadline_scope(deadline_s), work_scope(max_tokens):
         if sched is not None:
             sched.admit()
         return fn(*args)
@@ -251,7 +253,8 @@ async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work]
             return work, early, None
         rng = noise_rng(rt, seed) if work.plan.budgeted else None
         return work, None, work_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=work.plan.mechanism,
-                                           deadline_s=rt.settings.request_deadline_seconds)
+                                           deadline_s=rt.settings.request_deadline_seconds,
+                                           max_tokens=rt.settings.max_answer_tokens)
 
     work, early, done = await run_sync(_read_and_work)
     if early is not None:

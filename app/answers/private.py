@@ -95,7 +95,7 @@ def cost_of(rt: Runtime, mech: AnswerMechanism, params: Mapping[str, Any], *, ac
 def run_mechanism(mech: AnswerMechanism, parsed: Any, inputs: AnswerInputs,
                   rng: np.random.Generator | None) -> MechanismOutput:
     """The model work of one answer; a parameter the mechanism rejects only at run time is a 422."""
-    from app.llm.errors import ContextTooLong
+    from app.llm.errors import ContextTooLong, WorkTooLarge
     from app.mechanisms.errors import MechanismParamError
 
     try:
@@ -103,6 +103,10 @@ def run_mechanism(mech: AnswerMechanism, parsed: Any, inputs: AnswerInputs,
     except ContextTooLong as exc:  # the exemplars are bounded at upload: the query is what the caller can shorten
         raise InvalidRequest(f"{exc}: shorten the query, or put fewer exemplars in each prompt", param="query",
                              code="prompt_too_long") from None
+    except WorkTooLarge as exc:  # the caller's choices (query, partitions, shots, tokens) set the work
+        raise InvalidRequest(f"{exc} (DPICL_MAX_ANSWER_TOKENS): shorten the query, or ask for fewer "
+                             "partitions, shots or tokens; nothing was charged", param="query",
+                             code="request_too_large") from None
     except (MechanismParamError, ValueError) as exc:
         raise mechanism_error(exc) from None
 

@@ -21,3 +21,12 @@ class CapabilityError(LLMError, ValueError):
 
 class ContextTooLong(CapabilityError):
     """A prompt (with its continuation) does not fit the model's context window."""
+
+
+class WorkTooLarge(LLMError):
+    """One answer's model work would pass its token budget (``tenancy.work_scope``): refused before the
+    call that would pass it runs (nothing of that call is computed)."""
+
+    def __init__(self, message: str, *, tokens: int, limit: int) -> None:
+        super().__init__(message)
+        self.tokens, self.limit = tokens, limit

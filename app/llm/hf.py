@@ -48,7 +48,7 @@ from .encode import encode_plain_many
 from .errors import CapabilityError
 from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
 from .scheduler import BatchScheduler, SchedulerOptions
-from .tenancy import current_tenant
+from .tenancy import current_tenant, spend_work
 from .hf_embed import HFEmbedder
 from .types import Capabilities, Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 
@@ -403,6 +403,7 @@ class HFLanguageModel:
             rows = self._encode_prompts(prompts)  # type: ignore[arg-type]
         if not rows:
             raise CapabilityError("start_decode needs at least one prompt")
+        spend_work(sum(len(r) for r in rows), f"decoding {len(rows)} prompts")
         self.scheduler.admit()  # decoding does not queue, but a full queue refuses new work of any kind
         with self._lock:
             prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1) if reuse_prefix else None
@@ -421,6 +422,7 @@ class HFLanguageModel:
         return DecodeSession(self, kv, logits, rows, tenant=current_tenant(), shared_steps=reuse_prefix)
 
     def _decode_step(self, kv: KVBatch, tokens: Sequence[int], *, shared: bool = True) -> torch.Tensor:
+        spend_work(len(tokens), "a decode step")
         if self._max_context is not None and int(kv.lengths.max()) + 1 > self._max_context:
             raise CapabilityError(f"decoding past the max context {self._max_context} of model {self.name!r}")
         # A thread that already holds the model lock (an audit driving the model directly) steps

@@ -1,4 +1,5 @@
-"""Which tenant the model work of the current call belongs to, who submits it, and by when it must be done.
+"""Which tenant the model work of the current call belongs to, who submits it, by when it must be done,
+and how many tokens it may run through the model.
 
 Set by the API around one answer's model work (``app.answers.flow.run_for_tenant``)
 and read by the backends: the ``hf`` prefix LRU and the batch scheduler key on the tenant
@@ -69,3 +70,44 @@ def deadline_scope(seconds: float | None) -> Iterator[None]:
 def current_deadline() -> float | None:
     """The monotonic time by which the current model work must be done, or None."""
     return _DEADLINE.get()
+
+
+class _WorkBudget:
+    __slots__ = ("limit", "spent")
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.spent = limit, 0
+
+
+_WORK: contextvars.ContextVar[_WorkBudget | None] = contextvars.ContextVar("dpicl_work", default=None)
+
+
+@contextlib.contextmanager
+def work_scope(max_tokens: int | None) -> Iterator[None]:
+    """Model calls in this block may run at most ``max_tokens`` tokens in all (prompt rows as submitted,
+    prefix reuse not deducted, so the count never depends on what a cache holds; one per row per decode
+    step); a call that would pass it raises :class:`~app.llm.errors.WorkTooLarge` before it runs. The API
+    sets one around each answer: the caller controls the query, the partitions and the shots, so this is
+    what bounds the model time one request can take (docs/security.md). None or 0: no bound."""
+    if not max_tokens:
+        yield
+        return
+    token = _WORK.set(_WorkBudget(int(max_tokens)))
+    try:
+        yield
+    finally:
+        _WORK.reset(token)
+
+
+def spend_work(tokens: int, what: str) -> None:
+    """Count ``tokens`` of model work against the current :func:`work_scope` (a no-op outside one)."""
+    budget = _WORK.get()
+    if budget is None:
+        return
+    if budget.spent + tokens > budget.limit:
+        from .errors import WorkTooLarge
+
+        raise WorkTooLarge(f"this answer's model work would pass its budget of {budget.limit} tokens "
+                           f"({budget.spent} so far, {tokens} more for {what})",
+                           tokens=budget.spent + tokens, limit=budget.limit)
+    budget.spent += tokens

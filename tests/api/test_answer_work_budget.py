@@ -1,0 +1,66 @@
+"""The tokens one private answer may run through the model are bounded (``DPICL_MAX_ANSWER_TOKENS``): the
+caller picks the query, the partitions and the shots, so without a bound one request could hold the model
+for minutes (a red-team run: a 20,000-character query, 8 partitions, 72 s of a 2-core box; esa 180 s).
+Over the bound: a 422 ``request_too_large`` naming the query, before the call that would pass it, nothing
+charged, no exemplar text in the error. Real server (uvicorn, the bundled SmolLM2), SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.answers.test_gateway_api import PURE, T, _dataset
+from tests.answers.test_generate_api import MARK, _dataset as _gen_dataset
+from tests.conftest import running_app, server_settings
+
+LIMIT = 1500  # an rnm 2 x 2 answer of these exemplars is ~300 tokens
+
+
+@pytest.fixture(scope="module")
+def server(database_url, lm, embedder):
+    with running_app(server_settings(database_url, job_runner="none", max_answer_tokens=LIMIT),
+                     models={lm.name: lm, embedder.name: embedder}, timeout=T) as c:
+        yield str(c.base_url).rstrip("/")
+
+
+def _spent(url: str, ds: str) -> tuple[float, int]:
+    b = httpx.get(f"{url}/v1/datasets/{ds}/budget", timeout=30).json()
+    return b["epsilon_spent"], b["charges"]
+
+
+def test_a_classify_answer_over_the_token_budget_is_refused_uncharged(server):
+    ds = _dataset(server)
+    long_query = "Will the weather be fine for the match this weekend? " * 100  # ~1200 tokens, x 2 partitions
+    r = httpx.post(f"{server}/v1/private/classify", timeout=T, json={"dataset_id": ds, "query": long_query, **PURE})
+    assert r.status_code == 422, r.text[:300]
+    err = r.json()["error"]
+    assert (err["param"], err["code"]) == ("query", "request_too_large"), err
+    assert str(LIMIT) in err["message"] and "DPICL_MAX_ANSWER_TOKENS" in err["message"]
+    assert "match ended" not in r.text and "striker" not in r.text  # no exemplar text (tests.answers EXEMPLARS)
+    assert _spent(server, ds) == (0.0, 0)
+    # the same request with a short query is answered and charged
+    r = httpx.post(f"{server}/v1/private/classify", timeout=T,
+                   json={"dataset_id": ds, "query": "Will it rain tomorrow?", **PURE})
+    assert r.status_code == 200, r.text[:300]
+    assert _spent(server, ds)[1] == 1
+    # a query of ~500 tokens fits in 2 prompts, not in 4: the query times the prompts is what counts
+    mid = "Will it rain tomorrow? " * 80
+    r = httpx.post(f"{server}/v1/private/classify", timeout=T, json={
+        "dataset_id": ds, "query": mid, **{**PURE, "partitions": 4, "shots_per_partition": 1}})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "request_too_large", r.text[:300]
+    assert _spent(server, ds)[1] == 1
+    r = httpx.post(f"{server}/v1/private/classify", timeout=T, json={
+        "dataset_id": ds, "query": mid, **{**PURE, "partitions": 2, "shots_per_partition": 1}})
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_a_generation_over_the_token_budget_is_refused_uncharged(server):
+    ds = _gen_dataset(server)
+    r = httpx.post(f"{server}/v1/private/generate", timeout=T, json={
+        "dataset_id": ds, "query": "Cy meets Di on Friday to plan the trip. " * 80, "mechanism": "clip_softmax",
+        "epsilon": 2.0, "max_tokens": 1, "params": {"prompts": 2}, "seed": 7})
+    assert r.status_code == 422, r.text[:300]
+    assert MARK not in r.text
+    err = r.json()["error"]
+    assert (err["param"], err["code"]) == ("query", "request_too_large"), err
+    assert _spent(server, ds) == (0.0, 0)
