@@ -84,8 +84,9 @@ class Settings(BaseSettings):
     # Tokens one private answer may run through an in-process model (prompt rows as submitted, one per row
     # per decode step): the caller picks the query, partitions and shots, so this bounds the model time one
     # request can take (docs/security.md, "Input limits"); a request over it is a 422 request_too_large before
-    # the call that would pass it, uncharged. 0: no bound. An rnm 8 x 4 answer of the bundled task is ~900.
-    max_answer_tokens: int = Field(default=32_768, ge=0)
+    # the call that would pass it, uncharged. None: twice the model's max_batch_tokens (16384 on a CPU, from
+    # the device's memory on CUDA); 0: no bound. An rnm 8 x 4 answer of the bundled task is ~900.
+    max_answer_tokens: int | None = Field(default=None, ge=0)
 
     # Limits on private exemplar sets (issue 3).
     max_exemplars: int = Field(default=10_000, ge=1)

@@ -191,6 +191,16 @@ def work_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any 
         return fn(*args)
 
 
+def answer_token_budget(configured: int | None, lm: Any) -> int | None:
+    """The tokens one answer may run through ``lm``: the setting, else twice what the model runs in one
+    batch at most (its ``max_batch_tokens``: 8192 on a CPU, from free memory on CUDA); None: no bound (a
+    remote model, bounded by its server)."""
+    if configured is not None:
+        return configured
+    per_batch = getattr(lm, "max_batch_tokens", None)
+    return 2 * int(per_batch) if isinstance(per_batch, int) and per_batch > 0 else None
+
+
 async def run_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
                          deadline_s: float | None = None, mechanism: str | None = None) -> Any:
     """:func:`work_for_tenant` in a worker thread."""
@@ -254,7 +264,7 @@ async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work]
         rng = noise_rng(rt, seed) if work.plan.budgeted else None
         return work, None, work_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=work.plan.mechanism,
                                            deadline_s=rt.settings.request_deadline_seconds,
-                                           max_tokens=rt.settings.max_answer_tokens)
+                                           max_tokens=answer_token_budget(rt.settings.max_answer_tokens, work.lm))
 
     work, early, done = await run_sync(_read_and_work)
     if early is not None:

@@ -64,3 +64,32 @@ def test_a_generation_over_the_token_budget_is_refused_uncharged(server):
     err = r.json()["error"]
     assert (err["param"], err["code"]) == ("query", "request_too_large"), err
     assert _spent(server, ds) == (0.0, 0)
+
+
+def test_the_default_bound_refuses_the_red_team_query_at_once(live_server):
+    """The default (twice the model's max_batch_tokens: 16384 on a CPU) refuses the red team's 20,000-character
+    query through 4 partitions (~4.4k tokens x 4) before any model work, where it held the model ~40-70 s."""
+    import time
+
+    from app.api.answer_http import QUERY_MAX_CHARS
+
+    ds = _dataset(live_server)
+    query = ("Is the striker fit for the final on Sunday? " * 500)[:QUERY_MAX_CHARS]
+    t0 = time.monotonic()
+    r = httpx.post(f"{live_server}/v1/private/classify", timeout=T, json={
+        "dataset_id": ds, "query": query, **{**PURE, "partitions": 4, "shots_per_partition": 1}})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "request_too_large", r.text[:300]
+    assert "16384" in r.json()["error"]["message"]
+    assert time.monotonic() - t0 < 10  # tokenizing only
+    assert _spent(live_server, ds) == (0.0, 0)
+
+
+def test_the_budget_follows_the_setting_else_the_model():
+    from types import SimpleNamespace
+
+    from app.answers.flow import answer_token_budget
+
+    assert answer_token_budget(None, SimpleNamespace(max_batch_tokens=8192)) == 16384
+    assert answer_token_budget(500, SimpleNamespace(max_batch_tokens=8192)) == 500
+    assert answer_token_budget(0, SimpleNamespace(max_batch_tokens=8192)) == 0  # 0: no bound (work_scope)
+    assert answer_token_budget(None, object()) is None  # a remote model: its server bounds it
