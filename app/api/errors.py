@@ -63,8 +63,18 @@ def gate_busy(exc: GateBusy) -> "APIError":
     return APIError(503, str(exc), code="planner_busy", headers={"Retry-After": str(exc.retry_after)})
 
 
+# An error names what was wrong, and may quote the caller's own value (a mechanism name, a field name): quoted at
+# most this long, so a 1 MiB body cannot come back as a 1 MiB error (the red team's 60 KB mechanism name did).
+MAX_MESSAGE_CHARS, MAX_PARAM_CHARS = 2000, 200
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return {"error": {"message": _clip(message, MAX_MESSAGE_CHARS), "type": type,
+                      "param": None if param is None else _clip(param, MAX_PARAM_CHARS), "code": code}}
 
 
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
