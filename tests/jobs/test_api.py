@@ -250,13 +250,15 @@ def test_artifacts_are_listed_and_downloadable(client):
     assert 'filename="steps.csv"' in steps.headers["content-disposition"]
     assert steps.text.splitlines() == ["step,fraction", "1,0.250000", "2,0.500000", "3,0.750000", "4,1.000000"]
     assert json.loads(client.get(f"/v1/audits/{job['id']}/artifacts/result.json").content) == done["result"]
-    assert _envelope(client.get(f"/v1/audits/{job['id']}/artifacts/nope.png"), 404)["code"] == "artifact_not_found"
+    missing = _envelope(client.get(f"/v1/audits/{job['id']}/artifacts/nope.png"), 404)
+    assert (missing["code"], missing["param"]) == ("artifact_not_found", "name")
 
 
 def test_unknown_job_is_404(client):
-    assert _envelope(client.get("/v1/audits/job_doesnotexist"), 404)["code"] == "job_not_found"
-    assert _envelope(client.post("/v1/audits/job_doesnotexist/cancel"), 404)["code"] == "job_not_found"
-    assert _envelope(client.get("/v1/audits/job_doesnotexist/artifacts"), 404)["code"] == "job_not_found"
+    # named like a missing dataset's 404 (param dataset_id): the path parameter
+    for r in (client.get("/v1/audits/job_doesnotexist"), client.post("/v1/audits/job_doesnotexist/cancel"),
+              client.get("/v1/audits/job_doesnotexist/artifacts")):
+        assert (_envelope(r, 404)["code"], _envelope(r, 404)["param"]) == ("job_not_found", "job_id")
 
 
 def test_kinds_are_listed_with_their_schemas(client):

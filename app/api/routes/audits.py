@@ -60,7 +60,7 @@ def _runtime(request: Request) -> Runtime:
 
 
 def _not_found(job_id: str) -> APIError:
-    return APIError(404, f"no audit job with id {job_id!r}", code="job_not_found")
+    return APIError(404, f"no audit job with id {job_id!r}", param="job_id", code="job_not_found")
 
 
 def _job_headers(resource: dict[str, Any]) -> dict[str, str]:
@@ -220,7 +220,7 @@ def get_artifact(job_id: JobId, name: Annotated[str, Path(max_length=200)], requ
             raise _not_found(job_id)
         art = repo.get_artifact(s, job_id, name)
         if art is None:
-            raise APIError(404, f"job {job_id} has no artifact named {name!r}", code="artifact_not_found")
+            raise APIError(404, f"job {job_id} has no artifact named {name!r}", param="name", code="artifact_not_found")
         content, media_type = art.content, art.media_type
     return Response(
         content=content,
