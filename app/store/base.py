@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import DateTime, MetaData, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase
@@ -35,6 +37,17 @@ class UTCDateTime(TypeDecorator):
         if value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
+
+
+class ColumnRow:
+    """A row read by a Core statement (no ORM instance to build: the answer path, issue 27): a subclass lists
+    its table's columns as ``__slots__`` in the table's order, which is a result row's order."""
+
+    __slots__ = ()
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        for key, value in zip(self.__slots__, values):
+            setattr(self, key, value)
 
 
 DEFAULT_TENANT = "default"

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from app.store.base import utcnow
+from app.store.base import ColumnRow, utcnow
 from app.store.gateway_tables import BudgetAccount, LedgerEntry
 
 # The statements every answer runs, built once with bound parameters (issue 27): building a
@@ -80,7 +79,7 @@ _LOCK_ACCOUNT_ROW = (
 )
 
 
-class AccountRow:
+class AccountRow(ColumnRow):
     """A budget account row read by a Core statement (``lock_account_row``, the answer's read in
     datasets_repo): the columns as attributes, what the ledger reads; ``store_account`` updates them
     like an ORM instance's committed values."""
@@ -104,10 +103,6 @@ class AccountRow:
     rest_rdp: list[float] | None
     version: int
     updated_at: datetime
-
-    def __init__(self, values: Sequence[Any]) -> None:
-        for key, value in zip(self.__slots__, values):
-            setattr(self, key, value)
 
 
 assert set(AccountRow.__annotations__) == set(AccountRow.__slots__), "AccountRow must list the account's columns"

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from app.store.base import new_id
+from app.store.base import ColumnRow, new_id
 from app.store.budget_repo import AccountRow
 from app.store.dataset_tables import Dataset, Exemplar
 from app.store.gateway_tables import BudgetAccount
@@ -75,7 +75,7 @@ _DATASET_WITH_ACCOUNT = (
 _N_DATASET = len(_DATASETS.c)
 
 
-class DatasetRow:
+class DatasetRow(ColumnRow):
     """A dataset row read by a Core statement: its columns as attributes (read-only use: the answer's
     read phase)."""
 
@@ -92,10 +92,6 @@ class DatasetRow:
     answer_reuse: bool
     visibility: str
     provenance: dict[str, Any] | None
-
-    def __init__(self, values: Sequence[Any]) -> None:
-        for key, value in zip(self.__slots__, values):
-            setattr(self, key, value)
 
 
 assert set(DatasetRow.__annotations__) == set(DatasetRow.__slots__), "DatasetRow must list the dataset's columns"
