@@ -201,13 +201,6 @@ def answer_token_budget(configured: int | None, lm: Any) -> int | None:
     return 2 * int(per_batch) if isinstance(per_batch, int) and per_batch > 0 else None
 
 
-async def run_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any = None,
-                         deadline_s: float | None = None, mechanism: str | None = None) -> Any:
-    """:func:`work_for_tenant` in a worker thread."""
-    return await run_sync(lambda: work_for_tenant(caller, fn, *args, lm=lm, deadline_s=deadline_s,
-                                                  mechanism=mechanism))
-
-
 def _early(ledger: Ledger, s: Session, caller: Caller, plan: AnswerPlan) -> PrivateAnswer | None:
     """Before any model work: an idempotent retry gets its stored answer back; an identical request
     (reuse allowed) gets the stored released answer at no cost, also when the budget is spent; a

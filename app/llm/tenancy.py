@@ -1,7 +1,7 @@
 """Which tenant the model work of the current call belongs to, who submits it, by when it must be done,
 and how many tokens it may run through the model.
 
-Set by the API around one answer's model work (``app.answers.flow.run_for_tenant``)
+Set by the API around one answer's model work (``app.answers.flow.work_for_tenant``)
 and read by the backends: the ``hf`` prefix LRU and the batch scheduler key on the tenant
 (one tenant's cached prefixes and batch rows never meet another's), the remote backend
 derives vLLM's ``cache_salt`` from it (CVE-2025-46570). Outside any scope the tenant is
