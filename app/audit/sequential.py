@@ -24,7 +24,10 @@ looks after every batch and stops when it likes.
   tight-auditing Lemma 3.1, stated in the result as ``vote_model: "assumed"``); where a clean tie
   matters (no noise, winner-only) both tie-breaks must be rejected. White-box: averaged with the
   noise likelihood ratio of the claim over the alternative. Only the configured design's trials
-  count towards a pass.
+  count towards a pass. Black-box, where the release floor applies, also every label's release rate
+  shown above SPREAD x floor: a release beyond the claim (a label-mapping bug behind no noise
+  releases the other label always) rejects every noise-multiplier alternative's directional bet
+  and would pass; the claimed noise releases each label with probability >= floor whatever the votes.
 * **Cap**: neither by the cap: inconclusive, with the e-values reached.
 
 Design arms: the configured design, and optionally a *probe* (``run_sequential(probe=...)``): the
@@ -57,6 +60,11 @@ DEFAULT_CAP = 10_000  # trials, for trials "auto"
 PROBE_MIN_PAIRS = 4
 PROBE_MAX_PAIRS = 64
 PROBE_WEIGHT = 0.1
+# A pass on a two-label design with a release floor also needs every label shown released at a rate
+# above SPREAD x the floor: the claimed noise releases each label with probability >= floor whatever the
+# votes, so a (near-)deterministic release -- a label never released, e.g. a label-mapping bug behind
+# no noise, outside the noise-multiplier alternatives -- can then never pass before the floor test sees it.
+SPREAD = 0.25
 FIRST_BET = 0.6  # the violation bettors' first fraction (then ONS): predictable, so any value in [0, B_MAX] is valid
 
 
@@ -146,6 +154,7 @@ class _ArmState:
         self.acc, self.both, self.floor_both = (BettingEProcess(+1, FIRST_BET) for _ in range(3))
         self.floor: float | None = None
         self.floors: dict[int, BettingEProcess] = {}
+        self.spread: dict[int, BettingEProcess] = {}  # H0: label i released with probability <= SPREAD x floor
         if release_floor and noise is not None and k == 2 and arm.partitions:
             from app.audit.conformance import min_release_probability
 
@@ -154,6 +163,8 @@ class _ArmState:
         white = bool(getattr(arm.target, "white_box", False)) and k >= 2
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
                          if white and noise is not None else None)
+        if self.floors and self.noise_ev is None:  # white-box: a release not the argmax of its noisy scores is
+            self.spread = {i: BettingEProcess(+1) for i in range(2)}  # already an event of probability 0
         self.alts = {} if noise is None else {a: _Alternative(a, noise, pos, draws) for a in alternatives}
         self.design = None
         if arm.partitions and noise is not None:
@@ -189,6 +200,10 @@ class _ArmState:
             e = 0.5 * (e + self.noise_ev.e_alternative(name))
         return e
 
+    def e_spread(self) -> float | None:
+        """min over the labels of the e-value against "released with probability <= SPREAD x floor"."""
+        return min(p.e for p in self.spread.values()) if self.spread else None
+
     def draw_pair(self, contexts: Mapping[bool, Any], attack: Any, rng: np.random.Generator) -> None:
         rel: dict[bool, int] = {}
         for member in ((True, False) if rng.random() < 0.5 else (False, True)):
@@ -213,6 +228,8 @@ class _ArmState:
                 self.noise_ev.update(votes, noisy, r)
             for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary
                 proc.update(float(r == i), float(self.floor or 0.0))
+                if self.spread:
+                    self.spread[i].update(float(r == i), SPREAD * float(self.floor or 0.0))
         self.trials += 2
         self.pairs += 1
         x = 0.5 * (float(rel[True] == self.pos) + float(rel[False] != self.pos))
@@ -229,6 +246,7 @@ class _ArmState:
                 "prompts": self.trials * self.arm.calls_per_trial, "e_violation": self.e_violation(),
                 "components": {n: p.e for n, _, p in self.weights()},
                 "both_right_rate": self.both_right / max(1, self.pairs), "white_box": self.noise_ev is not None,
+                **({"e_spread": self.e_spread()} if self.spread else {}),
                 **({"impossible": list(self.noise_ev.impossible)} if self.noise_ev is not None else {})}
 
 
@@ -308,10 +326,14 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
                       f"{threshold:g} after {trials()} trials (anytime-valid at level {alpha:g}; mostly "
                       f"{_top(arms, pr, w_probe)})")
             break
-        if ea and all(v >= threshold for v in ea.values()) and len(ea) == len(alternatives):
+        spread = main.e_spread()
+        if (ea and all(v >= threshold for v in ea.values()) and len(ea) == len(alternatives)
+                and (spread is None or spread >= threshold)):
             verdict = "pass"
             reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
-                      f"at level {alpha:g} after {trials()} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items()))
+                      f"at level {alpha:g} after {trials()} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
+                      + ("" if spread is None else f"; each label released at a rate above {SPREAD:g} x the claim's "
+                         f"floor {main.floor:.3g} (e={spread:.3g}: no near-deterministic release)"))
             break
     observed = any(s.observed for s in arms)
     assumed = any(s.assumed for s in arms)

@@ -9,7 +9,8 @@ through Gaussian report-noisy-max calibrated by the analytic Gaussian mechanism
 moves), solved here with scipy, not with dpicl's calibration.
 
 Modes: ``correct``, ``sigma_quarter`` (sigma / 4), ``winner_only`` (noise on the
-largest clean count only), ``no_noise``.
+largest clean count only), ``no_noise``, ``swapped_no_noise`` (a label-mapping bug behind no
+noise: two labels, the one that did NOT win is released).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 from scipy import optimize, stats
 
-MODES = ("correct", "sigma_quarter", "winner_only", "no_noise")
+MODES = ("correct", "sigma_quarter", "winner_only", "no_noise", "swapped_no_noise")
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = math.sqrt(2.0)) -> float:
@@ -107,10 +108,13 @@ class StandaloneGateway:
             z = z / 4
         elif self.mode == "winner_only":
             z = np.where(np.arange(len(labels)) == np.argmax(votes), z, 0.0)
-        elif self.mode == "no_noise":
+        elif self.mode in ("no_noise", "swapped_no_noise"):
             z = np.zeros(len(labels))
         noisy = votes + z
-        out = {"label": labels[int(np.argmax(noisy))],
+        won = int(np.argmax(noisy))
+        if self.mode == "swapped_no_noise" and len(labels) == 2:
+            won = 1 - won
+        out = {"label": labels[won],
                "privacy": {"epsilon": eps, "delta": delta, "adjacency": "replace-one", "mechanism": "rnm"}}
         if body.get("return_internals"):
             out["internals"] = {"clean_votes": votes.tolist(), "noisy_votes": noisy.tolist()}

@@ -316,3 +316,36 @@ def test_a_target_more_broken_than_the_alternative_does_not_pass():
                            release_floor=False)
         passes += r.verdict == "pass"
     assert passes / runs <= _limit(alpha, runs), passes
+
+
+class Inverted(Seen):
+    """A label-mapping bug: the gateway releases the other label of two (black-box)."""
+
+    def observe(self, context, attack, rng):
+        lab = self.target.observe(context, attack, rng).label
+        return Observation(attack.labels[1 - attack.labels.index(lab)])
+
+
+@pytest.mark.parametrize("bug,runs", [({"noise_multiplier": 1e-300}, 200), ({"noise_multiplier": 0.25}, 1000)])
+def test_a_near_deterministic_release_outside_the_alternatives_does_not_pass(bug, runs):
+    """Behind no noise (or a quarter of it) the inverted gateway releases the non-canary label ~always:
+    no noise-multiplier alternative describes it, and its directional bets reject every one of them (its
+    releases lie beyond the claim), so it passed after 6 trials before the spread check. Every label's
+    release rate must now be shown above SPREAD x floor (the claim's floor holds whatever the votes):
+    the inverted releases one label with probability <= 0.054 < 0.25 x 0.251 at 5 partitions, so
+    P(pass) <= alpha; with no noise never (that label is never released), and the floor test finds the violation."""
+    alpha, t, eps = 0.05, 5, 1.0
+    params = {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 1}
+    noise = rnm_noise(params, 8)
+    sim = Inverted(SimulatedVotingTarget([1, t - 1], [0, t], rnm_noise(params, 8, bug)))
+    verdicts = []
+    for seed in range(runs):
+        r = run_sequential(sim, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                           alternatives=["noise_quarter", "no_noise"], alpha=alpha, cap=200,
+                           rng=np.random.default_rng(seed))
+        verdicts.append(r.verdict)
+    passes = verdicts.count("pass")
+    if bug["noise_multiplier"] < 1e-6:
+        assert passes == 0 and verdicts.count("violation") == runs, verdicts[:5]
+    else:
+        assert passes / runs <= _limit(alpha, runs), passes

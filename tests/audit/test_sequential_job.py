@@ -101,6 +101,22 @@ def test_black_box_gateway_probe_first_then_the_design(client, mode, verdict):
         assert arms["probe"]["trials"] <= 16 and arms["design"]["trials"] > 0
 
 
+def test_a_label_mapping_bug_behind_no_noise_is_a_violation_not_a_pass(client):
+    """The gateway releases the label that lost, without noise: beyond the claim, so every
+    directional alternative bet rejects its alternative; the pass waits for every label shown
+    released above 0.25 x the floor, which never comes, and the floor test finds the violation
+    (this passed after 6 trials before: docs/audit.md, "A release beyond the claim")."""
+    from tests.audit.standalone_gateway import StandaloneGateway
+
+    with StandaloneGateway("swapped_no_noise", seed=3) as gw:
+        job = submit(client, "canary_mia", _gw_config(gw.url, False), claimed_epsilon=1.0)
+        j = wait_job(client, job["id"], timeout=240)
+    assert j["status"] == "succeeded", j
+    seq = j["result"]["sequential"]
+    assert j["verdict"] == "violation", j["verdict_reason"]
+    assert "release_floor" in j["verdict_reason"] and seq["arms"]["design"]["e_spread"] <= 1.0, seq
+
+
 def test_probe_off_runs_the_configured_design_alone(client):
     from tests.audit.standalone_gateway import StandaloneGateway
 
