@@ -28,6 +28,10 @@ looks after every batch and stops when it likes.
   shown above SPREAD x floor: a release beyond the claim (a label-mapping bug behind no noise
   releases the other label always) rejects every noise-multiplier alternative's directional bet
   and would pass; the claimed noise releases each label with probability >= floor whatever the votes.
+  Black-box with a design vote model, also P(canary label | in) shown below the most (eps, delta)-DP
+  allows beside the claim's rate without it (``dp_release_bound``): a non-private gateway (plain ICL,
+  a copying model) lies beyond the claim on the canary's side and passed before this. Every null a
+  pass needs is rejected the first time its e-process crosses 1/alpha, for good (Ville, per null).
 * **Cap**: neither by the cap: inconclusive, with the e-values reached.
 
 Design arms: the configured design, and optionally a *probe* (``run_sequential(probe=...)``): the
@@ -41,6 +45,7 @@ supermartingale on the joint filtration). Its violation processes weigh ``PROBE_
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -102,6 +107,8 @@ class SequentialResult:
     arms: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # a pass's nulls rejected (sticky, each at its first crossing of 1/alpha): name -> trials, e-value then
+    rejected: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,7 +152,7 @@ class _ArmState:
     """One arm's e-processes: its violation mixture, its alternatives, its white-box noise evidence."""
 
     def __init__(self, arm: Arm, attack: Any, *, p0: float, c2: float, alternatives: Sequence[str],
-                 release_floor: bool, draws: int) -> None:
+                 release_floor: bool, draws: int, epsilon: float = 0.0, delta: float = 0.0) -> None:
         self.arm = arm
         pos, k = attack.positive_index, len(attack.labels)
         self.pos, self.p0, self.c2 = pos, p0, c2
@@ -170,6 +177,15 @@ class _ArmState:
         if arm.partitions and noise is not None:
             neg = attack.negative_index if attack.negative_index is not None else (1 if pos == 0 else 0)
             self.design = design_votes(k, arm.partitions, pos, neg)
+        # H: P(canary label | in) >= leak_bound, the most (epsilon, delta)-DP allows beside the claim's own
+        # release rate without the canary (design model); black-box only, bet on the canary's trials
+        self.leak: BettingEProcess | None = None
+        self.leak_bound = 1.0
+        if self.alts and self.design is not None and self.noise_ev is None:
+            out = next(iter(self.alts.values())).mu(self.design[1], TIES[0], claimed=True)
+            self.leak_bound = dp_release_bound(out, epsilon, delta)
+            if self.leak_bound < 1.0:
+                self.leak = BettingEProcess(-1, FIRST_BET)
         self.trials = self.pairs = 0
         self.correct = self.both_right = 0.0
         self.observed = self.assumed = False
@@ -193,6 +209,24 @@ class _ArmState:
 
     def e_violation(self) -> float:
         return float(sum(w * p.e for _, w, p in self.weights()))
+
+    def pass_processes(self) -> dict[str, float]:
+        """Every e-process a pass needs rejected, by name: each alternative's per tie-break (white-box:
+        averaged with the noise's likelihood ratio, an e-process under the same null), the spread and the
+        leak bound. Each is a test supermartingale under its own null, so each may be rejected the first
+        time it crosses 1/alpha, for good (Ville): a pass needs every one rejected, not all at once."""
+        out: dict[str, float] = {}
+        for name, alt in self.alts.items():
+            for t, proc in alt.procs.items():
+                e = proc.e
+                if self.noise_ev is not None:
+                    e = 0.5 * (e + self.noise_ev.e_alternative(name))
+                out[f"{name}:{t}"] = e
+        for i, p in self.spread.items():
+            out[f"spread:{i}"] = p.e
+        if self.leak is not None:
+            out["leak"] = self.leak.e
+        return out
 
     def e_alternative(self, name: str) -> float:
         e = self.alts[name].e if name in self.alts else 1.0
@@ -223,6 +257,8 @@ class _ArmState:
             if v is not None:
                 for a in self.alts.values():
                     a.update(float(r == self.pos), v)
+            if member and self.leak is not None:
+                self.leak.update(float(r == self.pos), self.leak_bound)
             noisy = getattr(obs, "noisy_scores", None)
             if self.noise_ev is not None and votes is not None and noisy is not None:
                 self.noise_ev.update(votes, noisy, r)
@@ -273,7 +309,7 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     p0 = max_pair_accuracy(claimed_epsilon, delta)
     c2 = max_both_right(claimed_epsilon, delta)
     opts: dict[str, Any] = {"p0": p0, "c2": c2, "alternatives": list(alternatives) if noise is not None else [],
-            "release_floor": release_floor, "draws": draws}
+            "release_floor": release_floor, "draws": draws, "epsilon": claimed_epsilon, "delta": delta}
     main = _ArmState(Arm(target, partitions, noise), attack, **opts)
     arms = [main]
     pr = None
@@ -298,6 +334,7 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
         return sum(s.trials for s in arms)
 
     probing = pr is not None
+    rejected: dict[str, dict[str, float]] = {}  # a pass's nulls rejected so far (sticky): first crossing
     while trials() + 2 <= cap:
         if probing and pr is not None:
             try:
@@ -326,14 +363,25 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
                       f"{threshold:g} after {trials()} trials (anytime-valid at level {alpha:g}; mostly "
                       f"{_top(arms, pr, w_probe)})")
             break
-        spread = main.e_spread()
-        if (ea and all(v >= threshold for v in ea.values()) and len(ea) == len(alternatives)
-                and (spread is None or spread >= threshold)):
+        needed = main.pass_processes()
+        for n, v in needed.items():
+            if v >= threshold and n not in rejected:
+                rejected[n] = {"trials": trials(), "e": v}
+        if ea and len(ea) == len(alternatives) and all(n in rejected for n in needed):
             verdict = "pass"
+            spread = [n for n in needed if n.startswith("spread:")]
+            def by(names: Sequence[str]) -> int:
+                return int(max(rejected[n]["trials"] for n in names))
+
             reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
-                      f"at level {alpha:g} after {trials()} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
-                      + ("" if spread is None else f"; each label released at a rate above {SPREAD:g} x the claim's "
-                         f"floor {main.floor:.3g} (e={spread:.3g}: no near-deterministic release)"))
+                      f"at level {alpha:g} after {trials()} trials (each when its e-value first crossed "
+                      f"{threshold:g}): " + ", ".join(f"{a} by trial {by([n for n in needed if n.split(':')[0] == a])}"
+                                                     for a in ea)
+                      + ("" if not spread else f"; each label released at a rate above {SPREAD:g} x the claim's "
+                         f"floor {main.floor:.3g} (no near-deterministic release) by trial {by(spread)}")
+                      + ("" if "leak" not in needed else
+                         f"; the canary's label released with the canary below {main.leak_bound:.3g}, the most "
+                         f"(epsilon, delta)-DP allows beside the claim's rate without it, by trial {by(['leak'])}"))
             break
     observed = any(s.observed for s in arms)
     assumed = any(s.assumed for s in arms)
@@ -359,9 +407,18 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     return SequentialResult(verdict, reason, trials(), sum(s.pairs for s in arms), alpha, e_viol(), comps, ea,
                             vote_model, cap, p0, main.correct / max(1, main.pairs), time.perf_counter() - t0,
                             sum(s.trials * s.arm.calls_per_trial for s in arms),
-                            {s.arm.name: s.summary() for s in arms}, history[-200:], notes)
+                            {s.arm.name: s.summary() for s in arms}, history[-200:], notes, rejected)
 
 
+
+
+def dp_release_bound(out: float, epsilon: float, delta: float) -> float:
+    """The largest P(event | in) that (epsilon, delta)-DP allows beside P(event | out) = out, both ways
+    round: P(in) <= e^eps out + delta and 1 - out <= e^eps (1 - P(in)) + delta."""
+    if epsilon > 50:
+        return 1.0
+    e = math.exp(epsilon)
+    return min(1.0, e * out + delta, 1.0 - (1.0 - out - delta) / e)
 
 
 def _top(arms: Sequence[_ArmState], pr: _ArmState | None, w_probe: float) -> str:

@@ -10,7 +10,8 @@ moves), solved here with scipy, not with dpicl's calibration.
 
 Modes: ``correct``, ``sigma_quarter`` (sigma / 4), ``winner_only`` (noise on the
 largest clean count only), ``no_noise``, ``swapped_no_noise`` (a label-mapping bug behind no
-noise: two labels, the one that did NOT win is released).
+noise: two labels, the one that did NOT win is released), ``non_private`` (plain ICL over every
+exemplar, no partitions, no noise: the copier answers the canary's label whenever it is in the set).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 from scipy import optimize, stats
 
-MODES = ("correct", "sigma_quarter", "winner_only", "no_noise", "swapped_no_noise")
+MODES = ("correct", "sigma_quarter", "winner_only", "no_noise", "swapped_no_noise", "non_private")
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = math.sqrt(2.0)) -> float:
@@ -96,6 +97,8 @@ class StandaloneGateway:
         self.prompts += parts  # the prompts a model behind a real gateway would answer
         shots = int(body.get("shots_per_partition") or max(1, len(ex) // parts))
         order = self.rng.permutation(len(ex))[: parts * shots]
+        if self.mode == "non_private":  # one prompt holding every exemplar
+            parts, shots, order = 1, len(ex), np.arange(len(ex))
         votes = np.zeros(len(labels))
         for p in range(parts):
             unit = [ex[i] for i in order[p * shots:(p + 1) * shots]]
@@ -108,7 +111,7 @@ class StandaloneGateway:
             z = z / 4
         elif self.mode == "winner_only":
             z = np.where(np.arange(len(labels)) == np.argmax(votes), z, 0.0)
-        elif self.mode in ("no_noise", "swapped_no_noise"):
+        elif self.mode in ("no_noise", "swapped_no_noise", "non_private"):
             z = np.zeros(len(labels))
         noisy = votes + z
         won = int(np.argmax(noisy))

@@ -349,3 +349,51 @@ def test_a_near_deterministic_release_outside_the_alternatives_does_not_pass(bug
         assert passes == 0 and verdicts.count("violation") == runs, verdicts[:5]
     else:
         assert passes / runs <= _limit(alpha, runs), passes
+
+
+class Leaky:
+    """Releases the canary's label with probability p_in with the canary and p_out without (black-box):
+    p_in = 1, p_out = 0 is a non-private gateway (plain ICL over every exemplar, a copying model)."""
+
+    white_box = False
+    name = "leaky"
+
+    def __init__(self, p_in: float, p_out: float) -> None:
+        self.p_in, self.p_out = p_in, p_out
+
+    def observe(self, context, attack, rng):
+        p = self.p_in if attack.canary.exemplar() in context else self.p_out
+        return Observation(attack.labels[attack.positive_index] if rng.random() < p else attack.labels[1])
+
+
+def test_a_non_private_gateway_is_a_violation_never_a_pass():
+    """The canary's label always with the canary, never without: every noise-multiplier alternative's
+    directional bet rejects it (its release lies beyond the claim on the canary's side) and every label is
+    released half the time, so it passed 100 of 100 audits at 5 partitions without the probe (the probe
+    needs <= 32 exemplars). A pass now also rejects "P(canary label | in) >= the most (eps, delta)-DP
+    allows beside the claim's rate without it", which it never can; the pair bets find the violation."""
+    t, eps = 5, 1.0
+    noise = rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 1}, 8)
+    verdicts = [run_sequential(Leaky(1.0, 0.0), EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                               alternatives=["noise_quarter", "no_noise"], alpha=0.05, cap=400,
+                               rng=np.random.default_rng(seed)).verdict for seed in range(200)]
+    assert verdicts.count("violation") == 200, {v: verdicts.count(v) for v in set(verdicts)}
+
+
+def test_a_target_at_the_leak_bound_passes_at_most_at_the_level():
+    """The leak null's boundary: P(canary label | in) = the bound exactly (e^eps x the claim's rate without
+    the canary, + delta), P(... | out) = the claim's rate: DP-tight for that event, so the violation bets
+    stay quiet, and a pass needs the leak process to cross, which (rejected the first time, sticky) it
+    does with probability <= alpha over 600 audits up to 200 trials (+ 3 binomial sd)."""
+    from app.audit.power import claimed_noise, design_votes, release_probability
+    from app.audit.sequential import dp_release_bound
+
+    alpha, runs, t, eps = 0.05, 600, 5, 1.0
+    noise = rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 1}, 8)
+    out = float(release_probability(claimed_noise(noise), design_votes(2, t, 0, 1)[1], 0, ties="positive",
+                                    draws=200_000)[0])
+    target = Leaky(dp_release_bound(out, eps, 1e-5), out)
+    passes = sum(run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                                alternatives=["noise_quarter", "no_noise"], alpha=alpha, cap=200,
+                                rng=np.random.default_rng(seed)).verdict == "pass" for seed in range(runs))
+    assert passes / runs <= _limit(alpha, runs), passes

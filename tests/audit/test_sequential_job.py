@@ -30,8 +30,11 @@ def test_sequential_verdict_with_trials_used_and_e_value(client, bug, verdict):
     assert j["verdict"] == verdict == seq["verdict"], j["verdict_reason"]
     assert 0 < seq["trials"] == j["result"]["model_calls"] < 1000 and seq["cap"] == 10_000
     assert f"after {seq['trials']} trials" in j["verdict_reason"]
-    e = seq["e_violation"] if verdict == "violation" else min(seq["e_alternatives"].values())
-    assert e >= 1 / (1 - 0.95)
+    if verdict == "violation":
+        assert seq["e_violation"] >= 1 / (1 - 0.95)
+    else:  # each null a pass needs was rejected once, when its e-value first crossed 1/alpha (sticky)
+        assert {n.split(":")[0] for n in seq["rejected"]} >= set(seq["e_alternatives"]), seq["rejected"]
+        assert all(r["e"] >= 1 / (1 - 0.95) and r["trials"] <= seq["trials"] for r in seq["rejected"].values())
 
 
 def test_sequential_cap_is_inconclusive(client):
@@ -115,6 +118,21 @@ def test_a_label_mapping_bug_behind_no_noise_is_a_violation_not_a_pass(client):
     seq = j["result"]["sequential"]
     assert j["verdict"] == "violation", j["verdict_reason"]
     assert "release_floor" in j["verdict_reason"] and seq["arms"]["design"]["e_spread"] <= 1.0, seq
+
+
+def test_a_non_private_gateway_is_a_violation_not_a_pass(client):
+    """Plain ICL over every exemplar without noise behind the gateway (the copier answers the canary's
+    label whenever it is in the set), the configured 5 partitions without the probe: beyond the claim
+    on the canary's side, so every alternative's bet rejects it; it passed before the leak bound
+    (docs/audit.md, "A release beyond the claim") and is now a violation."""
+    from tests.audit.standalone_gateway import StandaloneGateway
+
+    with StandaloneGateway("non_private", seed=3) as gw:
+        job = submit(client, "canary_mia", _gw_config(gw.url, False), claimed_epsilon=1.0)
+        j = wait_job(client, job["id"], timeout=240)
+    assert j["status"] == "succeeded", j
+    assert j["verdict"] == "violation", j["verdict_reason"]
+    assert j["result"]["sequential"]["arms"]["design"]["both_right_rate"] == 1.0
 
 
 def test_probe_off_runs_the_configured_design_alone(client):
