@@ -283,6 +283,7 @@ class _ArmState:
                 "components": {n: p.e for n, _, p in self.weights()},
                 "both_right_rate": self.both_right / max(1, self.pairs), "white_box": self.noise_ev is not None,
                 **({"e_spread": self.e_spread()} if self.spread else {}),
+                **({"e_leak": self.leak.e, "leak_bound": self.leak_bound} if self.leak is not None else {}),
                 **({"impossible": list(self.noise_ev.impossible)} if self.noise_ev is not None else {})}
 
 
