@@ -37,7 +37,7 @@ CAP = 2000  # sequential cap (trials); the job's "auto" is 10000
 # simulated bug per gateway mode (sigma/10 only simulated: the standalone gateway has no such mode)
 SIM_MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth",
              "winner_only": "winner_only", "no_noise": {"noise_multiplier": 1e-12}}
-GW_MODES = ("correct", "sigma_quarter", "winner_only", "no_noise")
+GW_MODES = ("correct", "sigma_quarter", "winner_only", "no_noise", "swapped_no_noise", "non_private")
 
 
 class BlackBox:
