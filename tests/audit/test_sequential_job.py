@@ -31,7 +31,19 @@ def test_sequential_verdict_with_trials_used_and_e_value(client, bug, verdict):
     assert 0 < seq["trials"] == j["result"]["model_calls"] < 1000 and seq["cap"] == 10_000
     assert f"after {seq['trials']} trials" in j["verdict_reason"]
     e = seq["e_violation"] if verdict == "violation" else min(seq["e_alternatives"].values())
-    assert e >= 1 / (1 - 0.95)
+    # a violation at 1/alpha (confidence 0.95), a pass at 1/(1 - power.min_detection) (default 0.9)
+    assert e >= (1 / (1 - 0.95) if verdict == "violation" else 1 / (1 - 0.9))
+    assert seq["pass_level"] == pytest.approx(0.1) and seq["alpha"] == pytest.approx(0.05)
+
+
+def test_the_pass_level_is_the_configs_min_detection(client):
+    """config.power.min_detection 0.95 reaches the sequential test: the pass rejects each alternative
+    at 1/(1 - 0.95) = 20 and says so; the result reports pass_level 0.05."""
+    job = submit(client, "canary_mia", {**SEQ, "target": SIM, "power": {"min_detection": 0.95}}, claimed_epsilon=1.0)
+    j = wait_job(client, job["id"], timeout=120)
+    seq = j["result"]["sequential"]
+    assert j["verdict"] == "pass" and seq["pass_level"] == pytest.approx(0.05), j
+    assert "1/(1 - min_detection) = 20" in j["verdict_reason"] and min(seq["e_alternatives"].values()) >= 20
 
 
 def test_sequential_cap_is_inconclusive(client):
