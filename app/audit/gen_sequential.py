@@ -19,10 +19,12 @@ stopping time, and the audit may look after every batch.
   e-value is the average of a bet against each; crossing 1/alpha is a violation, whatever model the
   target serves.
 * Pass: every required alternative of ``app.audit.gen_power`` (noise x 1/2, 1/4, 1/10, no_noise,
-  non_private) is rejected. Under alternative a a trial releases y1 with the probability
+  non_private) is rejected, at 1/(1 - min_detection) (``sequential.pass_threshold``: a target that IS
+  alternative a passes with probability <= 1 - min_detection, the planner's and the fixed verdict's
+  miss rate; the violation stays at 1/alpha). Under alternative a a trial releases y1 with the probability
   ``gen_power.alternative_release(design, a)`` gives for its hypothesis -- the same per-trial law
   the planner and the fixed verdict's power use (one power model; no formula is repeated here). A
-  betting e-process on 1[y1 released] - mu_a rejects a at 1/alpha, each trial's bet pointed from
+  betting e-process on 1[y1 released] - mu_a rejects a, each trial's bet pointed from
   mu_a towards the claimed law's mu_c (``GenAlternative``: its null is "a, or further from the
   claim", so a target more broken than a cannot pass either); for deterministic decoding both
   tie-breaks of a clean tie must be rejected (the minimum of their e-values). The law
@@ -62,7 +64,9 @@ from app.audit.gen_model_check import MODEL_CHECK_DELTA, fits, pairs_needed
 from app.audit.gen_noise import TOKEN, noise_finding, observe_noise, white_box_evidence, white_box_gap
 from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
 from app.audit.insertion import exemplar_tuple, paired_contexts
-from app.audit.sequential import DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult
+from app.audit.power import DEFAULT_MIN_DETECTION
+from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult,
+                                  pass_threshold)
 from app.audit.eprocess import NoiseEvidence, max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
 
@@ -94,7 +98,7 @@ class GenAlternative:
     claimed law's mu_c(h) (H0: E[1[y1]] <= mu_a(h) where mu_c(h) > mu_a(h), >= where below; no bet
     where they are equal, as that trial cannot tell a from the claim). A two-sided bet would also
     reject a for a target further from the claim than a (esa at sigma / 16 rejects sigma / 10) and
-    pass it; the directional one keeps P(pass) <= alpha for every such target."""
+    pass it; the directional one keeps P(pass) <= 1 - min_detection for every such target."""
 
     def __init__(self, name: str, design: GenerationDesign) -> None:
         self.name = name
@@ -158,13 +162,14 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
                        delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float,
                        cap: int = DEFAULT_CAP, rng: np.random.Generator, batch_pairs: int = DEFAULT_BATCH_PAIRS,
                        no_model: str | None = None, progress: Progress | None = None,
-                       white_box: bool = False) -> GenSequentialResult:
-    """Draw pairs in batches of ``batch_pairs`` until the violation e-process or every required
-    alternative's crosses 1/alpha, or ``cap`` trials. ``design``: gen_power's design model of the
+                       white_box: bool = False, min_detection: float = DEFAULT_MIN_DETECTION) -> GenSequentialResult:
+    """Draw pairs in batches of ``batch_pairs`` until the violation e-process crosses 1/alpha, or
+    every required alternative's 1/(1 - min_detection) (and the design-model check allows a
+    black-box pass), or ``cap`` trials. ``min_detection``: ``config.power.min_detection`` (default
+    ``power.DEFAULT_MIN_DETECTION``, the fixed power report's). ``design``: gen_power's design model of the
     target (None: no alternative can be modelled, ``no_model`` says why; violation or inconclusive).
     ``white_box``: also read the noise the target reports (``app.audit.gen_noise``)."""
-    if not 0.0 < alpha < 1.0:
-        raise ValueError("alpha must lie in (0, 1)")
+    pass_threshold(alpha, min_detection)  # checks both levels
     if cap < 2 or batch_pairs < 1:
         raise ValueError("the cap needs >= 2 trials and a batch >= 1 pair")
     if getattr(attack, "decision", "signal") != "signal":
@@ -192,7 +197,7 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
         tracing(True)
     try:
         return _run(target, ex, attack, rng, claimed_epsilon, delta, design, alternatives, alpha, cap, batch_pairs,
-                    no_model, report, notes, noise, t0)
+                    no_model, report, notes, noise, t0, min_detection)
     finally:
         if tracing is not None:
             tracing(False)
@@ -201,7 +206,7 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
 def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Generator, claimed_epsilon: float,
          delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float, cap: int,
          batch_pairs: int, no_model: str | None, report: Progress, notes: list[str], noise: NoiseEvidence | None,
-         t0: float) -> GenSequentialResult:
+         t0: float, min_detection: float) -> GenSequentialResult:
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
     y1 = attack.labels[0]
     p0 = max_pair_accuracy(claimed_epsilon, delta)
@@ -224,7 +229,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     def e_alts() -> dict[str, float]:  # an alternative the noise does not cover: its black-box e-value
         return {a.name: 0.5 * (a.e + noise.e_alternative(a.name)) if noise is not None and noise.covers(a.name)
                 else a.e for a in alts}
-    threshold = 1.0 / alpha
+    threshold, pass_at = 1.0 / alpha, pass_threshold(alpha, min_detection)
     trials = pairs = 0
     correct = 0.0
     seen = {True: 0, False: 0}
@@ -267,7 +272,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
                       f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
-        if not (alts and all(v >= threshold for v in ea.values())):
+        if not (alts and all(v >= pass_at for v in ea.values())):
             continue
         halves = {"white-box" if noise is not None and noise.covers(a.name) and noise.e_alternative(a.name) >= a.e
                   else "black-box" for a in alts}
@@ -278,8 +283,10 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             continue
         verdict = "pass"
         decided_by = " and ".join(sorted(halves, reverse=True))
-        reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
-                  f"at level {alpha:g} after {trials} trials: " + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
+        reason = (f"no violation (e-value {ev:.3g} < 1/alpha = {threshold:g}) and every required alternative "
+                  f"rejected (e-value >= 1/(1 - min_detection) = {pass_at:g}: a target that is one passes with "
+                  f"probability <= {1.0 - min_detection:g}, the planner's miss rate) after {trials} trials: "
+                  + ", ".join(f"{n} e={v:.3g}" for n, v in ea.items())
                   + (" (release laws of gen_power's design model, the auditor's best case)"
                      if "black-box" in halves else "")
                   + (" (white-box: the likelihood of the reported noise, or released tokens, under the claimed "
@@ -287,11 +294,11 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
         break
     ea = e_alts()
     if verdict == "inconclusive":
-        open_ = [n for n in alternatives if ea.get(n, 0.0) < threshold]
+        open_ = [n for n in alternatives if ea.get(n, 0.0) < pass_at]
         reason = (f"cap of {cap} trials reached: e-value against the claim {e_violation():.3g} < "
                   f"{threshold:g}, and "
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
-                  + " not rejected: not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
+                  + f" not rejected (at {pass_at:g}): not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
     if check is not None and check.refuted:
         notes.append(f"design model refuted: the shares of y1 with / without the canary ({seen[True] / max(1, pairs):.2f} / "
                      f"{seen[False] / max(1, pairs):.2f}) are not the claimed law's ({check.law[0]:.2f} / "
@@ -317,7 +324,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     return GenSequentialResult(
         verdict, reason, trials, pairs, alpha, e_violation(), comps, ea,
         "assumed" if design is not None else "none", cap, p0, correct / half, time.perf_counter() - t0,
-        prompts=trials, history=history[-200:], notes=notes, design=None if design is None else design_summary(design),
+        prompts=trials, pass_level=1.0 - min_detection, history=history[-200:], notes=notes, design=None if design is None else design_summary(design),
         laws={a.name: {t: list(v) for t, v in a.law.items()} for a in alts},
         y1_with=seen[True] / half, y1_without=seen[False] / half, decided_by=decided_by, white_box=wb)
 

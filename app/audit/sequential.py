@@ -17,7 +17,11 @@ looks after every batch and stops when it likes.
     pair form: both right <= (1 - floor)^2);
   - where the target reports clean and noisy scores (white-box), the noise itself
     (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
-* **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected: a bet on
+* **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected at
+  1/(1 - min_detection) (``pass_threshold``; Ville: a target that IS the alternative passes with
+  probability <= 1 - min_detection at any stopping time, the miss probability the planner's fixed
+  design and the fixed verdict's power promise, ``power.DEFAULT_MIN_DETECTION`` 0.9: one power
+  model for the pass; the violation keeps 1/alpha) by a bet on
   1[released == canary label] - mu_a pointed towards the claim's mu_c (``_Alternative``: a target
   more broken than a cannot reject a), mu_a the release probability under the alternative
   given the trial's clean votes (those the target reports, else the one-vote design model of
@@ -57,7 +61,8 @@ from app.audit.eprocess import BettingEProcess, NoiseEvidence, max_both_right, m
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
-from app.audit.power import ALTERNATIVES, TIES, alternative_noise, claimed_noise, design_votes, release_probability
+from app.audit.power import (ALTERNATIVES, DEFAULT_MIN_DETECTION, TIES, alternative_noise, claimed_noise, design_votes,
+                             release_probability)
 
 Progress = Callable[[float, str], None]
 DEFAULT_BATCH_PAIRS = 1
@@ -104,10 +109,11 @@ class SequentialResult:
     accuracy: float  # observed mean pair accuracy (the configured design)
     seconds: float
     prompts: int = 0  # trials x partitions, every arm: the prompts the target's model answers
+    pass_level: float = 1.0 - DEFAULT_MIN_DETECTION  # P(pass | the target is a required alternative) <= this
     arms: dict[str, dict[str, Any]] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # a pass's nulls rejected (sticky, each at its first crossing of 1/alpha): name -> trials, e-value then
+    # a pass's nulls rejected (sticky, each at its first crossing of 1/(1 - min_detection)): name -> trials, e
     rejected: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -291,15 +297,17 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
                    delta: float, noise: VotingNoise | None, partitions: int | None, alternatives: Sequence[str],
                    alpha: float, cap: int, rng: np.random.Generator, batch_pairs: int = DEFAULT_BATCH_PAIRS,
                    release_floor: bool = True, draws: int = 200_000, progress: Progress | None = None,
-                   probe: Arm | None = None) -> SequentialResult:
-    """Draw pairs until the violation e-process or every required alternative's crosses 1/alpha,
-    or ``cap`` trials (every arm). ``noise``: the claimed noise (None: no alternative can be
+                   probe: Arm | None = None, min_detection: float = DEFAULT_MIN_DETECTION) -> SequentialResult:
+    """Draw pairs until the violation e-process crosses 1/alpha, or every required alternative's
+    crosses ``pass_threshold(min_detection)`` = 1/(1 - min_detection), or ``cap`` trials (every arm).
+    ``min_detection``: the job's ``config.power.min_detection``; the default is the fixed power
+    report's (``power.DEFAULT_MIN_DETECTION``, 0.9), so a library caller gets the promise the plan
+    states. ``noise``: the claimed noise (None: no alternative can be
     modelled, so the audit can end violation or inconclusive only); ``partitions``: T for the design
     vote model where the target reports no clean votes; ``release_floor``: add the two-label floor
     test (rnm without a judge after the noise); ``probe``: a one-partition arm drawn first (see the
     module docstring)."""
-    if not 0.0 < alpha < 1.0:
-        raise ValueError("alpha must lie in (0, 1)")
+    pass_at = pass_threshold(alpha, min_detection)
     if cap < 2 or batch_pairs < 1:
         raise ValueError("the cap needs >= 2 trials and a batch >= 1 pair")
     t0 = time.perf_counter()
@@ -366,18 +374,20 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
             break
         needed = main.pass_processes()
         for n, v in needed.items():
-            if v >= threshold and n not in rejected:
+            if v >= pass_at and n not in rejected:
                 rejected[n] = {"trials": trials(), "e": v}
         if ea and len(ea) == len(alternatives) and all(n in rejected for n in needed):
             verdict = "pass"
             spread = [n for n in needed if n.startswith("spread:")]
+
             def by(names: Sequence[str]) -> int:
                 return int(max(rejected[n]["trials"] for n in names))
 
-            reason = (f"no violation (e-value {ev:.3g} < {threshold:g}) and every required alternative rejected "
-                      f"at level {alpha:g} after {trials()} trials (each when its e-value first crossed "
-                      f"{threshold:g}): " + ", ".join(f"{a} by trial {by([n for n in needed if n.split(':')[0] == a])}"
-                                                     for a in ea)
+            reason = (f"no violation (e-value {ev:.3g} < 1/alpha = {threshold:g}) and every required alternative "
+                      f"rejected (e-value >= 1/(1 - min_detection) = {pass_at:g}, each the first time it crossed: a "
+                      f"target that is one passes with probability <= {1.0 - min_detection:g}, the planner's miss "
+                      f"rate) after {trials()} trials: "
+                      + ", ".join(f"{a} by trial {by([n for n in needed if n.split(':')[0] == a])}" for a in ea)
                       + ("" if not spread else f"; each label released at a rate above {SPREAD:g} x the claim's "
                          f"floor {main.floor:.3g} (no near-deterministic release) by trial {by(spread)}")
                       + ("" if "leak" not in needed else
@@ -389,10 +399,12 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     vote_model = "observed" if observed and not assumed else "assumed"
     ea = e_alts()
     if verdict == "inconclusive":
-        open_ = [n for n in alternatives if ea.get(n, 0.0) < threshold]
+        still = [n for n in main.pass_processes() if n not in rejected]
+        open_ = [n for n in alternatives if n not in ea or any(k.split(":")[0] == n for k in still)]
+        guards = sorted({k.split(":")[0] for k in still if k.split(":")[0] not in ea})  # spread, leak
         reason = (f"cap of {cap} trials reached: e-value against the claim {e_viol():.3g} < {threshold:g}, and "
-                  + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
-                  + " not rejected: not a pass")
+                  + (", ".join([f"{n} e={ea.get(n, 0.0):.3g}" for n in open_] + guards) or "no alternative")
+                  + f" not rejected (at {pass_at:g}): not a pass")
     impossible = [f for s in arms if s.noise_ev is not None for f in s.noise_ev.impossible]
     if impossible:
         notes.append("white-box: " + "; ".join(dict.fromkeys(impossible)))
@@ -407,7 +419,7 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     comps = {f"{s.arm.name}:{n}" if pr is not None else n: p.e for s in arms for n, _, p in s.weights()}
     return SequentialResult(verdict, reason, trials(), sum(s.pairs for s in arms), alpha, e_viol(), comps, ea,
                             vote_model, cap, p0, main.correct / max(1, main.pairs), time.perf_counter() - t0,
-                            sum(s.trials * s.arm.calls_per_trial for s in arms),
+                            sum(s.trials * s.arm.calls_per_trial for s in arms), 1.0 - min_detection,
                             {s.arm.name: s.summary() for s in arms}, history[-200:], notes, rejected)
 
 
@@ -420,6 +432,19 @@ def dp_release_bound(out: float, epsilon: float, delta: float) -> float:
         return 1.0
     e = math.exp(epsilon)
     return min(1.0, e * out + delta, 1.0 - (1.0 - out - delta) / e)
+
+
+def pass_threshold(alpha: float, min_detection: float) -> float:
+    """The e-value at which a required alternative is rejected: 1/(1 - min_detection). By Ville's
+    inequality a target that IS the alternative crosses it with probability <= 1 - min_detection at
+    any stopping time: a pass misses an alternative no more often than the fixed design's planned
+    power allows (one power model; where min_detection > 1 - alpha the pass is the stricter). The
+    violation threshold stays 1/alpha. Checks both levels."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError("alpha must lie in (0, 1)")
+    if not 0.0 < min_detection < 1.0:
+        raise ValueError("min_detection must lie in (0, 1)")
+    return 1.0 / (1.0 - min_detection)
 
 
 def _top(arms: Sequence[_ArmState], pr: _ArmState | None, w_probe: float) -> str:
@@ -442,5 +467,5 @@ def summarize(results: Sequence[SequentialResult]) -> Mapping[str, float]:
             "mean_prompts": float(np.mean([r.prompts for r in results])) if results else 0.0}
 
 
-__all__ = ["ALTERNATIVES", "Arm", "BettingEProcess", "SequentialResult", "max_pair_accuracy", "run_sequential",
-           "summarize"]
+__all__ = ["ALTERNATIVES", "Arm", "BettingEProcess", "SequentialResult", "max_pair_accuracy", "pass_threshold",
+           "run_sequential", "summarize"]

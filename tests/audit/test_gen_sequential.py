@@ -1,7 +1,7 @@
 """Sequential generation audits (issue 28 item 3): ``app.audit.gen_sequential``.
 
 Type-I error by simulation (fixed seeds; a rate is allowed up to its level + 3 binomial standard
-deviations of 1000 runs, one-sided), every broken alternative caught, the release laws equal to
+deviations of 1000 runs, one-sided: a violation's level alpha, a pass's 1 - min_detection), every broken alternative caught, the release laws equal to
 gen_power's (one power model), and the real ``esa`` code (a model that follows the signal query)
 passed when correct and caught when its noise is below its claim.
 """
@@ -17,6 +17,7 @@ from app.audit import Canary
 from app.audit.gen_power import GEN_ALTERNATIVES, gen_design_power, generation_design
 from app.audit.gen_queries import resolve_generation_query
 from app.audit.gen_sequential import ASSUMED_NOTE, DesignModelTarget, run_gen_sequential
+from app.audit.power import DEFAULT_MIN_DETECTION
 from app.audit.sequential import max_pair_accuracy
 from app.audit.targets import Observation
 from tests.audit.test_gen_power import CANARY, D, EX
@@ -24,6 +25,7 @@ from tests.audit.test_gen_power import CANARY, D, EX
 ATTACK = resolve_generation_query("signal_text", Canary("false_fact", CANARY, CANARY))
 REQUIRED = ("noise_tenth", "no_noise", "non_private")
 ALPHA, RUNS = 0.05, 1000
+MISS = 1.0 - DEFAULT_MIN_DETECTION  # the pass level: P(pass | the target is a required alternative) <= MISS
 # Designs where a pass is reachable (claim epsilon 1): esa with 4 partitions of 2 shots (8 exemplars);
 # the token mechanisms with one unit of 8 shots and one decisive token (max_tokens 1: the claim's
 # epsilon is the token's; gen_power's planner proposes these).
@@ -116,8 +118,8 @@ def _alternative_cases():
 @pytest.mark.parametrize("mech,alt,tie", list(_alternative_cases()))
 def test_broken_alternative_is_caught(mech, alt, tie):
     """1000 audits of a target that IS alternative ``alt`` (its gen_power law, each tie-break of a
-    clean argmax), all six alternatives required: a pass (which needs ``alt`` rejected) in at most
-    alpha + 3 sd. Where the alternative's pair accuracy exceeds the claim's p0 the audit also finds
+    clean argmax), all six alternatives required: a pass (which needs ``alt`` rejected at
+    1/(1 - min_detection)) in at most 1 - min_detection + 3 sd (the fixed plan's miss rate). Where the alternative's pair accuracy exceeds the claim's p0 the audit also finds
     the violation in >= 95% within 200 trials (the black-box test sees it); where it does not (esa's noise-free
     mean with 4 partitions never moves past the midpoint: no black-box evidence against the claim
     exists) the audit ends at its cap, inconclusive."""
@@ -126,7 +128,7 @@ def test_broken_alternative_is_caught(mech, alt, tie):
     alts = tuple(a for a in GEN_ALTERNATIVES if a != "claimed")
     res = _audits(target, d, cap=200, alternatives=alts)
     v = [r.verdict for r in res]
-    assert v.count("pass") / RUNS <= _limit(ALPHA), v.count("pass")
+    assert v.count("pass") / RUNS <= _limit(MISS), v.count("pass")
     acc = 0.5 * (target.p_in + 1.0 - target.p_out)
     p0 = max_pair_accuracy(1.0, 1e-5)
     if acc > p0 + 0.1:  # gross: noise_quarter (acc 0.88 vs p0 0.73) is the weakest of these, 98.8% measured
@@ -138,10 +140,10 @@ def test_broken_alternative_is_caught(mech, alt, tie):
 @pytest.mark.parametrize("mech", ["esa", "clip_softmax"])
 def test_a_target_more_broken_than_an_alternative_does_not_pass(mech):
     """The directional bets' null is "the alternative, or further from the claim": a release at a
-    twentieth of the noise (beyond noise_tenth) passes in at most alpha + 3 sd of 1000 audits."""
+    twentieth of the noise (beyond noise_tenth) passes in at most 1 - min_detection + 3 sd of 1000 audits."""
     d = _design(mech)
     res = _audits(DesignModelTarget(d, 0.05), d, cap=200)
-    assert sum(r.verdict == "pass" for r in res) / RUNS <= _limit(ALPHA)
+    assert sum(r.verdict == "pass" for r in res) / RUNS <= _limit(MISS)
 
 
 @pytest.mark.parametrize("mech", list(DESIGNS))

@@ -77,15 +77,18 @@ def test_sequential_generation_config_that_cannot_run_is_a_422(client, config, p
 
 def test_ksa_sequential_has_its_design_model(client):
     """ksa's release law (app.audit.gen_power_ksa) is a design model: trials 'auto' is accepted, and
-    a cap of one pair ends inconclusive with the alternatives' e-values (not 'no power model')."""
+    a cap of one pair ends inconclusive with the alternatives' e-values (not 'no power model'), their
+    threshold the config's power.min_detection's (0.95: 20)."""
     r = client.post("/v1/audits", json={"kind": "canary_mia", "config": {
-        **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0, "partitions": 4}}, "trials": 2}})
+        **SEQ, "target": {**ESA, "mechanism": "ksa", "params": {"epsilon": 1.0, "partitions": 4}}, "trials": 2,
+        "power": {"min_detection": 0.95}}})
     assert r.status_code == 202, r.text
     j = wait_job(client, r.json()["id"], timeout=900)
     assert j["status"] == "succeeded" and j["verdict"] == "inconclusive", j
     seq = j["result"]["sequential"]
     assert "cap of 2 trials" in j["verdict_reason"] and seq["vote_model"] == "assumed", j["verdict_reason"]
     assert seq["design"]["mechanism"] == "ksa" and "power_unknown" not in j["result"]
+    assert seq["pass_level"] == pytest.approx(0.05) and "not rejected (at 20)" in j["verdict_reason"]  # min_detection
     from app.jobs.kinds import canary_gen_seq
     from app.jobs.kinds.canary_mia import CanaryMIAConfig
 

@@ -30,7 +30,7 @@ from app.mechanisms import aggregate as agg
 from app.mechanisms import ksa
 from tests.audit.test_gen_power import EX
 from tests.audit.test_gen_power_ksa import _design, ksa_params, ksa_target
-from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, RUNS, _limit, fresh_audits
+from tests.audit.test_gen_sequential import ALPHA, ATTACK, MISS, REQUIRED, RUNS, _limit, fresh_audits
 from tests.audit.test_gen_sequential import verdict_counts as _counts
 
 
@@ -109,13 +109,13 @@ def test_correct_white_box_ksa_false_violations_within_level(parts):
                                            (4, "no_noise", "positive"), (4, "no_noise", "other")])
 def test_noise_tenth_and_no_noise_are_found_white_box(parts, alt, tie):
     """The target IS the alternative (both noises x 1/10; no noise, a tie broken either way): 200
-    audits white-box: no pass (<= alpha + 3 sd), >= 95% violations, decided white-box, within a few
+    audits white-box: no pass (<= 1 - min_detection + 3 sd), >= 95% violations, decided white-box, within a few
     answers on average; the same seeds black-box (the first 10, cap 100) never decide: the released
     text hardly moves (at 8 partitions, noise x 1/10 releases y1 less often than the claim)."""
     d = _design(ksa_params(parts))
     wb = _audits(lambda: KSAWhiteBoxTarget(d, alt, tie), d, 200)
     c = _counts(wb)
-    assert c.get("pass", 0) / 200 <= _limit(ALPHA, 200) and c.get("violation", 0) / 200 >= 0.95, c
+    assert c.get("pass", 0) / 200 <= _limit(MISS, 200) and c.get("violation", 0) / 200 >= 0.95, c
     assert {r.decided_by for r in wb if r.verdict == "violation"} == {"white-box"}
     assert np.mean([r.trials for r in wb]) <= 8, np.mean([r.trials for r in wb])
     bb = _audits(lambda: KSAWhiteBoxTarget(d, alt, tie), d, 10, cap=100, white_box=False)

@@ -32,7 +32,7 @@ from app.audit.gen_power import configured, generation_design
 from app.audit.gen_sequential import run_gen_sequential
 from app.mechanisms import mozo, step_trace
 from tests.audit.test_gen_power import EX, TEMPLATE, SignalEmbedder
-from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, _limit, fresh_audits
+from tests.audit.test_gen_sequential import ALPHA, ATTACK, MISS, REQUIRED, _limit, fresh_audits
 from tests.audit.test_gen_sequential import verdict_counts as _counts
 from tests.audit.test_gen_sequential_tokens import SignalDecodeLM, _served
 
@@ -138,7 +138,7 @@ def test_correct_white_box_mozo_false_violations_within_level():
 def test_noise_tenth_and_no_noise_are_found_white_box_sooner_than_black_box(alt, tie):
     """tau 0.7 (not the default), two experts of 4 shots (a clean tie for greedy decoding), claim 1,
     2 tokens (one more private step over 20 candidates, top-10), the target IS the alternative: 60
-    audits white-box (cap 120): no pass (<= alpha + 3 sd of 60), >= 95% violations, all decided
+    audits white-box (cap 120): no pass (<= 1 - min_detection + 3 sd of 60), >= 95% violations, all decided
     white-box; on the first 12 seeds in fewer trials than black-box (cap 60) on every seed (black-box,
     noise x 1/10 at two experts and greedy decoding that breaks the tie against the canary never
     decide within the cap; the tie broken for the canary is found in 14)."""
@@ -150,7 +150,7 @@ def test_noise_tenth_and_no_noise_are_found_white_box_sooner_than_black_box(alt,
     wb = _audits(make, d, 60, cap=120)
     bb = _audits(make, d, 12, cap=60, white_box=False)
     c = _counts(wb)
-    assert c.get("pass", 0) / 60 <= _limit(ALPHA, 60) and c.get("violation", 0) / 60 >= 0.95, c
+    assert c.get("pass", 0) / 60 <= _limit(MISS, 60) and c.get("violation", 0) / 60 >= 0.95, c
     assert {r.decided_by for r in wb if r.verdict == "violation"} == {"white-box"}
     assert all(w.trials < b.trials for w, b in zip(wb, bb)), ([w.trials for w in wb[:12]], [b.trials for b in bb])
     assert np.mean([r.trials for r in wb]) <= (4 if alt == "no_noise" else 12), np.mean([r.trials for r in wb])

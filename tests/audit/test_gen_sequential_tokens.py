@@ -26,7 +26,7 @@ from app.audit.gen_power import GEN_ALTERNATIVES, generation_design
 from app.audit.gen_sequential import DesignModelCheck, run_gen_sequential
 from app.mechanisms import step_trace
 from tests.audit.test_gen_power import CANARY, EX, TEMPLATE, Y0, Y1, SignalEmbedder
-from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, RUNS, _limit
+from tests.audit.test_gen_sequential import ALPHA, ATTACK, MISS, REQUIRED, RUNS, _limit
 from tests.audit.test_gen_sequential import verdict_counts as _counts
 
 UNIT = {"clip_softmax": ("prompts", "shots_per_prompt"), "poe": ("experts", "group_size")}
@@ -70,20 +70,51 @@ def _cases():
 
 
 @pytest.mark.parametrize("mech,units,alt,tie", list(_cases()))
-def test_each_required_alternative_as_a_white_box_target_passes_at_most_alpha(mech, units, alt, tie):
+def test_each_required_alternative_as_a_white_box_target_passes_at_most_the_pass_level(mech, units, alt, tie):
     """1000 audits of a target that IS the alternative (temperature x 1/10; greedy decoding, a clean
     tie -- two units -- broken for or against the canary) with 3 more steps over 20 candidates:
-    false passes <= alpha + 3 sd; violations >= 95 %, found by the white-box half within a few
+    false passes <= 1 - min_detection + 3 sd; violations >= 95 %, found by the white-box half within a few
     trials (greedy decoding that breaks the tie against the canary never moves the release: black-box
     it is never found)."""
     d = _design(mech, units, tokens=4)
     res = _audits(TokenWhiteBoxTarget(d, alt, tie, extra_steps=3), d)
     c = _counts(res)
-    assert c.get("pass", 0) / RUNS <= _limit(ALPHA), c
+    assert c.get("pass", 0) / RUNS <= _limit(MISS), c
     assert c.get("violation", 0) / RUNS >= 0.95, c
     found = [r.trials for r in res if r.verdict == "violation"]
     assert np.mean(found) <= (4 if alt == "no_noise" else 40), np.mean(found)
     assert {r.decided_by for r in res if r.verdict == "violation"} == {"white-box"}
+
+
+def test_the_pass_level_follows_min_detection():
+    """One power model: each required alternative is rejected at 1/(1 - min_detection). Here the pass
+    does not wait for the design-model check (white-box clip_softmax, one decisive token, every
+    required alternative covered by the step trace), so the alternatives' threshold is what decides.
+    1000 audits of a target that IS noise_quarter (noise_quarter alone required), at min_detection
+    0.9 and 0.95: false passes <= 1 - min_detection + 3 sd, every pass with its e-value >= 1/(1 -
+    min_detection), the result's ``pass_level`` 1 - min_detection. The correct target (noise_tenth and
+    no_noise required), the same 200 seeds at both: some passes at 0.9 stop below 20 (= 1/alpha: the
+    threshold is not alpha's), and 0.95 needs more trials on average."""
+    d = _design("clip_softmax")
+    for md in (0.9, 0.95):
+        res = [run_gen_sequential(TokenWhiteBoxTarget(d, "noise_quarter"), EX, ATTACK, claimed_epsilon=1.0,
+                                  delta=1e-5, design=d, alternatives=("noise_quarter",), alpha=ALPHA, cap=200,
+                                  rng=np.random.default_rng(seed), white_box=True, min_detection=md)
+               for seed in range(RUNS)]
+        passes = [r for r in res if r.verdict == "pass"]
+        assert len(passes) / RUNS <= _limit(1.0 - md), (md, len(passes))
+        assert all(r.e_alternatives["noise_quarter"] >= 1.0 / (1.0 - md) for r in passes)
+        assert all(r.pass_level == pytest.approx(1.0 - md) for r in res)
+    by = {md: [run_gen_sequential(TokenWhiteBoxTarget(d), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, design=d,
+                                  alternatives=("noise_tenth", "no_noise"), alpha=ALPHA, cap=400,
+                                  rng=np.random.default_rng(seed), white_box=True, min_detection=md)
+               for seed in range(200)] for md in (0.9, 0.95)}
+    assert any(min(r.e_alternatives.values()) < 20.0 for r in by[0.9] if r.verdict == "pass")
+    assert np.mean([r.trials for r in by[0.95]]) > np.mean([r.trials for r in by[0.9]])
+    for md, res in by.items():
+        ok = [r for r in res if r.verdict == "pass"]
+        assert len(ok) > 0.9 * len(res) and all(min(r.e_alternatives.values()) >= 1.0 / (1.0 - md) for r in ok)
+        assert f"1/(1 - min_detection) = {1.0 / (1.0 - md):g}" in ok[0].reason
 
 
 def test_a_target_colder_than_noise_tenth_does_not_pass():
@@ -92,7 +123,7 @@ def test_a_target_colder_than_noise_tenth_does_not_pass():
     d = _design("clip_softmax", tokens=4)
     res = _audits(TokenWhiteBoxTarget(d, 0.05, extra_steps=3), d)
     c = _counts(res)
-    assert c.get("pass", 0) / RUNS <= _limit(ALPHA) and c.get("violation", 0) / RUNS >= 0.95, c
+    assert c.get("pass", 0) / RUNS <= _limit(MISS) and c.get("violation", 0) / RUNS >= 0.95, c
 
 
 @pytest.mark.parametrize("mech,units,alt,tie", [("clip_softmax", 1, "claimed", "positive"),

@@ -30,7 +30,7 @@ from app.audit.gen_power import GEN_ALTERNATIVES
 from app.audit.gen_sequential import run_gen_sequential
 from app.audit.noise import VotingNoise
 from tests.audit.test_gen_power import EX
-from tests.audit.test_gen_sequential import ALPHA, ATTACK, REQUIRED, RUNS, _design, _limit
+from tests.audit.test_gen_sequential import ALPHA, ATTACK, MISS, REQUIRED, RUNS, _design, _limit
 
 ALL = tuple(a for a in GEN_ALTERNATIVES if a != "claimed")
 
@@ -73,16 +73,16 @@ def _white_cases():
 
 
 @pytest.mark.parametrize("alt,tie", list(_white_cases()))
-def test_each_alternative_as_a_white_box_target_passes_at_most_alpha(alt, tie):
+def test_each_alternative_as_a_white_box_target_passes_at_most_the_pass_level(alt, tie):
     """1000 audits of a target that IS alternative ``alt`` (esa's noise at its multiplier, or the
     full-context release, which reports no internals), all six alternatives required: false passes
-    <= alpha + 3 sd. The noisy alternatives and no_noise are violations in one pair (the noise's
+    <= 1 - min_detection + 3 sd. The noisy alternatives and no_noise are violations in one pair (the noise's
     likelihood ratio; no noise: zero residuals); non_private reports no noise, so the black-box half
     finds it (its pair accuracy is 1)."""
     d = _design("esa")
     res = _audits(ESAWhiteBoxTarget(d, alt, tie), d, alternatives=ALL)
     c = _counts(res)
-    assert c.get("pass", 0) / RUNS <= _limit(ALPHA), c
+    assert c.get("pass", 0) / RUNS <= _limit(MISS), c
     assert c.get("violation", 0) / RUNS >= 0.95, c
     if alt == "non_private":
         assert res[0].decided_by == "black-box" and res[0].white_box["answers_read"] == 0
@@ -99,7 +99,7 @@ def test_a_white_box_target_more_broken_than_an_alternative_does_not_pass():
     d = _design("esa")
     res = _audits(ESAWhiteBoxTarget(d, 0.05), d)
     c = _counts(res)
-    assert c.get("pass", 0) / RUNS <= _limit(ALPHA) and c.get("violation", 0) == RUNS, c
+    assert c.get("pass", 0) / RUNS <= _limit(MISS) and c.get("violation", 0) == RUNS, c
 
 
 @pytest.mark.parametrize("alt,tie", [("claimed", "positive"), ("noise_half", "positive"),

@@ -13,13 +13,15 @@ import pytest
 
 from app.audit import Canary, SimulatedVotingTarget, resolve_query, rnm_noise
 from app.audit.eprocess import max_both_right
+from app.audit.power import DEFAULT_MIN_DETECTION
 from app.audit.probe import probe_arm
-from app.audit.sequential import BettingEProcess, max_pair_accuracy, run_sequential
+from app.audit.sequential import BettingEProcess, max_pair_accuracy, pass_threshold, run_sequential
 from app.audit.targets import Observation
 
 EX = [(f"text {i}", "b") for i in range(8)]
 CANARY = Canary("hex", "00ff00ff00ff", "a")
 ATTACK = resolve_query("input_output", CANARY, ["a", "b"], EX, None)
+MISS = 1.0 - DEFAULT_MIN_DETECTION  # the pass's level: P(pass | the target is a required alternative) <= MISS
 
 
 class BoundaryRR:
@@ -273,37 +275,79 @@ def test_probe_applies_to_rnm_designs_of_several_partitions_and_few_exemplars_on
     assert arm is not None and list(arm.target.votes_with) == [1, 0] and list(arm.target.votes_without) == [0, 1]
 
 
-@pytest.mark.parametrize("view", ["white-box", "black-box"])
-@pytest.mark.parametrize("alternative", ["noise_quarter", "no_noise"])
-def test_a_target_that_is_the_alternative_passes_at_most_at_the_level(alternative, view):
-    """The pass verdict's type-I error: 1000 audits of a target that IS a required alternative
-    (its noise x 1/4, or none; one vote moves, as the design model says), each looking after every
-    pair up to 200 trials, with the probe: 'pass' in at most alpha (+ 3 binomial sd) of them."""
+def _as_alternative(alternative: str, view: str, t: int = 4, eps: float = 1.0):
+    """(target, claimed noise, probe): a simulated rnm that IS ``alternative`` (one vote moves, as the
+    design model says), seen white-box or by its labels alone, and the job's one-partition probe."""
     from app.audit.power import ALTERNATIVES
 
-    alpha, runs, t, eps = 0.05, 1000, 4, 1.0
     params = {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}
     noise = rnm_noise(params, 8)
     bug = {k: (v if v > 0 else 1e-300) if k == "noise_multiplier" else v for k, v in ALTERNATIVES[alternative].items()}
     sim = SimulatedVotingTarget([1, t - 1], [0, t], rnm_noise(params, 8, bug))
-    target = sim if view == "white-box" else Seen(sim)
     probe = probe_arm(sim, 8, noise, t)
     if view == "black-box":
         probe.target = Seen(probe.target)
-    passes = 0
-    for seed in range(runs):
-        r = run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
-                           alternatives=[alternative], alpha=alpha, cap=200, rng=np.random.default_rng(seed),
-                           probe=probe)
-        passes += r.verdict == "pass"
-    assert passes / runs <= _limit(alpha, runs), passes
+    return (sim if view == "white-box" else Seen(sim)), noise, probe
+
+
+def _audits_of(alternative: str, view: str, runs: int, min_detection: float, eps: float = 1.0):
+    target, noise, probe = _as_alternative(alternative, view, eps=eps)
+    return [run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=4,
+                           alternatives=[alternative], alpha=0.05, cap=200, rng=np.random.default_rng(seed),
+                           probe=probe, min_detection=min_detection) for seed in range(runs)]
+
+
+@pytest.mark.parametrize("view", ["white-box", "black-box"])
+@pytest.mark.parametrize("alternative", ["noise_quarter", "no_noise", "noise_half"])
+def test_a_target_that_is_the_alternative_passes_at_most_at_the_pass_level(alternative, view):
+    """The pass verdict's type-I error: 1000 audits of a target that IS a required alternative
+    (its noise x 1/4, none, or x 1/2: the one nearest the claim, where the pass level binds), each
+    looking after every pair up to 200 trials, with the probe: 'pass' in at most 1 - min_detection
+    (+ 3 binomial sd) of them -- the miss rate the planner's fixed design promises (one power
+    model), not alpha: the alternative is rejected at 1/(1 - min_detection) = 10."""
+    runs = 1000
+    res = _audits_of(alternative, view, runs, DEFAULT_MIN_DETECTION)
+    passes = sum(r.verdict == "pass" for r in res)
+    assert passes / runs <= _limit(MISS, runs), passes
+    assert all(r.pass_level == pytest.approx(MISS) for r in res)
+
+
+def test_the_pass_level_follows_min_detection():
+    """config.power.min_detection 0.95: the alternative is rejected at 1/(1 - 0.95) = 20, so a
+    target that IS noise_half (black-box, the case nearest the claim) passes in at most 0.05 + 3 sd
+    of 1000 audits, and every pass has its e-value >= 20; the result and the reason say so. The
+    correct target, same seeds, at 0.9 and 0.95: every pass at its own threshold, some passes at
+    0.9 stop between 10 and 20 (the threshold is 1/(1 - min_detection), not 1/alpha = 20), and
+    0.95 needs more trials on average."""
+    runs = 1000
+    res = _audits_of("noise_half", "black-box", runs, 0.95)
+    passes = [r for r in res if r.verdict == "pass"]
+    assert len(passes) / runs <= _limit(0.05, runs), len(passes)
+    first = lambda r: min(v["e"] for v in r.rejected.values())  # noqa: E731 - each null's e at its first crossing
+    assert all(first(r) >= 20.0 for r in passes)
+    assert all(r.pass_level == pytest.approx(0.05) for r in res)
+
+    t, eps = 4, 1.0
+    noise = rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}, 8)
+    target = Seen(SimulatedVotingTarget([1, t - 1], [0, t], noise))
+    by = {md: [run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
+                              alternatives=["noise_quarter", "no_noise"], alpha=0.05, cap=400,
+                              rng=np.random.default_rng(seed), min_detection=md) for seed in range(200)]
+          for md in (0.9, 0.95)}
+    assert any(first(r) < 20.0 for r in by[0.9] if r.verdict == "pass")
+    assert np.mean([r.trials for r in by[0.95]]) > np.mean([r.trials for r in by[0.9]])
+    for md, res in by.items():
+        ok = [r for r in res if r.verdict == "pass"]
+        assert len(ok) > 0.9 * len(res) and all(first(r) >= 1 / (1 - md) for r in ok)
+        assert f"1/(1 - min_detection) = {1 / (1 - md):g}" in ok[0].reason
+    assert pass_threshold(0.05, 0.95) == pytest.approx(20.0) and pass_threshold(0.05, 0.9) == pytest.approx(10.0)
 
 
 def test_a_target_more_broken_than_the_alternative_does_not_pass():
     """Required: noise_half only. The target has a sixth of the noise (more broken than the
     alternative), seen by its clean votes; the release floor is left out so that the pass test is
     what decides (the pair bets barely move at 4 partitions). A two-sided bet would reject
-    noise_half for it and pass; the directional bet keeps P(pass) <= alpha."""
+    noise_half for it and pass; the directional bet keeps P(pass) <= 1 - min_detection."""
     alpha, runs, t = 0.05, 400, 4
     params = {"epsilon": 1.0, "delta": 1e-5, "partitions": t, "shots_per_partition": 2}
     noise = rnm_noise(params, 8)
@@ -315,7 +359,7 @@ def test_a_target_more_broken_than_the_alternative_does_not_pass():
                            alternatives=["noise_half"], alpha=alpha, cap=200, rng=np.random.default_rng(seed),
                            release_floor=False)
         passes += r.verdict == "pass"
-    assert passes / runs <= _limit(alpha, runs), passes
+    assert passes / runs <= _limit(MISS, runs), passes
 
 
 class Inverted(Seen):
@@ -333,7 +377,7 @@ def test_a_near_deterministic_release_outside_the_alternatives_does_not_pass(bug
     releases lie beyond the claim), so it passed after 6 trials before the spread check. Every label's
     release rate must now be shown above SPREAD x floor (the claim's floor holds whatever the votes):
     the inverted releases one label with probability <= 0.054 < 0.25 x 0.251 at 5 partitions, so
-    P(pass) <= alpha; with no noise never (that label is never released), and the floor test finds the violation."""
+    P(pass) <= 1 - min_detection (the pass level); with no noise never (that label is never released), and the floor test finds the violation."""
     alpha, t, eps = 0.05, 5, 1.0
     params = {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 1}
     noise = rnm_noise(params, 8)
@@ -348,7 +392,7 @@ def test_a_near_deterministic_release_outside_the_alternatives_does_not_pass(bug
     if bug["noise_multiplier"] < 1e-6:
         assert passes == 0 and verdicts.count("violation") == runs, verdicts[:5]
     else:
-        assert passes / runs <= _limit(alpha, runs), passes
+        assert passes / runs <= _limit(MISS, runs), passes
 
 
 class Leaky:
@@ -384,7 +428,7 @@ def test_a_target_at_the_leak_bound_passes_at_most_at_the_level():
     """The leak null's boundary: P(canary label | in) = the bound exactly (e^eps x the claim's rate without
     the canary, + delta), P(... | out) = the claim's rate: DP-tight for that event, so the violation bets
     stay quiet, and a pass needs the leak process to cross, which (rejected the first time, sticky) it
-    does with probability <= alpha over 600 audits up to 200 trials (+ 3 binomial sd)."""
+    does with probability <= 1 - min_detection (the pass level) over 600 audits up to 200 trials (+ 3 binomial sd)."""
     from app.audit.power import claimed_noise, design_votes, release_probability
     from app.audit.sequential import dp_release_bound
 
@@ -396,4 +440,4 @@ def test_a_target_at_the_leak_bound_passes_at_most_at_the_level():
     passes = sum(run_sequential(target, EX, ATTACK, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,
                                 alternatives=["noise_quarter", "no_noise"], alpha=alpha, cap=200,
                                 rng=np.random.default_rng(seed)).verdict == "pass" for seed in range(runs))
-    assert passes / runs <= _limit(alpha, runs), passes
+    assert passes / runs <= _limit(MISS, runs), passes

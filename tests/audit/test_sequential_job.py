@@ -30,11 +30,23 @@ def test_sequential_verdict_with_trials_used_and_e_value(client, bug, verdict):
     assert j["verdict"] == verdict == seq["verdict"], j["verdict_reason"]
     assert 0 < seq["trials"] == j["result"]["model_calls"] < 1000 and seq["cap"] == 10_000
     assert f"after {seq['trials']} trials" in j["verdict_reason"]
-    if verdict == "violation":
+    if verdict == "violation":  # at 1/alpha (confidence 0.95)
         assert seq["e_violation"] >= 1 / (1 - 0.95)
-    else:  # each null a pass needs was rejected once, when its e-value first crossed 1/alpha (sticky)
+    else:  # each null a pass needs rejected once, when it first crossed 1/(1 - power.min_detection) (sticky)
         assert {n.split(":")[0] for n in seq["rejected"]} >= set(seq["e_alternatives"]), seq["rejected"]
-        assert all(r["e"] >= 1 / (1 - 0.95) and r["trials"] <= seq["trials"] for r in seq["rejected"].values())
+        assert all(r["e"] >= 1 / (1 - 0.9) and r["trials"] <= seq["trials"] for r in seq["rejected"].values())
+    assert seq["pass_level"] == pytest.approx(0.1) and seq["alpha"] == pytest.approx(0.05)
+
+
+def test_the_pass_level_is_the_configs_min_detection(client):
+    """config.power.min_detection 0.95 reaches the sequential test: the pass rejects each alternative
+    at 1/(1 - 0.95) = 20 and says so; the result reports pass_level 0.05."""
+    job = submit(client, "canary_mia", {**SEQ, "target": SIM, "power": {"min_detection": 0.95}}, claimed_epsilon=1.0)
+    j = wait_job(client, job["id"], timeout=120)
+    seq = j["result"]["sequential"]
+    assert j["verdict"] == "pass" and seq["pass_level"] == pytest.approx(0.05), j
+    assert "1/(1 - min_detection) = 20" in j["verdict_reason"]
+    assert seq["rejected"] and all(r["e"] >= 20 for r in seq["rejected"].values()), seq["rejected"]
 
 
 def test_sequential_cap_is_inconclusive(client):

@@ -2,9 +2,10 @@
 ``app.audit.gen_sequential``; the release laws are ``app.audit.gen_power``'s design model).
 
 ``"task": "generation", "mode": "sequential"`` with ``"trials": "auto"`` (cap ``DEFAULT_CAP``) or a
-number (the cap): pairs of trials in batches until a violation, a pass (every
-``power.alternatives`` rejected) or the cap. Mechanisms without a design model (a mechanism that
-claims nothing: zero_shot, full_context) and the L3 judge can only end violation or inconclusive, so
+number (the cap): pairs of trials in batches until a violation (at 1/alpha), a pass (every
+``power.alternatives`` rejected at 1/(1 - ``power.min_detection``), the fixed plan's miss rate) or
+the cap. Mechanisms without a design model (a mechanism that claims nothing: zero_shot,
+full_context) and the L3 judge can only end violation or inconclusive, so
 they need an explicit cap (``"auto"`` would spend 10000 trials on a verdict that can never be a
 pass). ``ksa``'s design model needs the signal texts (its keywords): they are passed.
 
@@ -117,7 +118,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
                                  alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
                                  cap=cap(config.trials), rng=rng, no_model=None if no is None else no[0],
                                  progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m),
-                                 white_box=wb)
+                                 white_box=wb, min_detection=config.power.min_detection)
     if wb_note:
         res.notes.append(wb_note)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}

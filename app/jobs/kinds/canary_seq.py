@@ -1,8 +1,10 @@
 """The ``canary_mia`` job's sequential mode: wiring only (the test is ``app.audit.sequential``).
 
 ``"mode": "sequential"`` with ``"trials": "auto"`` (cap ``DEFAULT_CAP``) or a number (the cap):
-the audit draws pairs of trials in batches and stops at a violation, a pass or the cap; the
-result carries the trials used, the e-values and the reason, and the verdict is the test's.
+the audit draws pairs of trials in batches and stops at a violation (e-value >= 1/alpha, alpha =
+1 - confidence), a pass (every ``power.alternatives`` rejected at 1/(1 - ``power.min_detection``),
+the miss rate the fixed design's plan promises: ``sequential.pass_threshold``) or the cap; the
+result carries the trials used, the e-values, ``pass_level`` and the reason, and the verdict is the test's.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
         res = run_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, noise=noise,
                              partitions=partitions, alternatives=list(config.power.alternatives),
                              alpha=1.0 - config.confidence, cap=cap(config.trials), rng=rng, release_floor=floor,
-                             progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m), probe=probe)
+                             progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m), probe=probe,
+                             min_detection=config.power.min_detection)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     return {"mode": "sequential", "target": target.name, "attack": attack.to_dict(), "epsilon": None,
             "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
