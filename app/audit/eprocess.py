@@ -73,6 +73,34 @@ class BettingEProcess:
         return math.exp(self.log_wealth)
 
 
+class PlugInMix:
+    """The average of two bettors against the same null as ``BettingEProcess``: the online Newton step
+    one, and one that bets each trial the Kelly fraction for a plug-in mean p (the claimed law's, known
+    before the trial: predictable). An average of test supermartingales is one; against a target that
+    follows the claim it grows at nearly the Kelly rate from the first trial (ONS needs a warm-up), and
+    loses at most ln 2 against the ONS bettor where the plug-in is wrong."""
+
+    __slots__ = ("ons", "log_plug")
+
+    def __init__(self, side: int) -> None:
+        self.ons, self.log_plug = BettingEProcess(side), 0.0
+
+    def update(self, y: float, m: float, p: float) -> None:
+        side = self.ons.side
+        self.ons.update(y, m)
+        r = max(m if side > 0 else 1.0 - m, 1e-3)
+        u1, u0 = side * (1.0 - m) / r, side * (0.0 - m) / r  # payoffs of y = 1, y = 0
+        b = 0.0
+        if u1 * u0 < 0.0:  # Kelly for a two-point payoff: argmax p ln(1 + b u1) + (1 - p) ln(1 + b u0)
+            b = min(B_MAX, max(0.0, -(p * u1 + (1.0 - p) * u0) / (u1 * u0)))
+        u = side * (y - m) / r
+        self.log_plug = min(_LOG_MAX, self.log_plug + math.log1p(b * u))
+
+    @property
+    def e(self) -> float:
+        return 0.5 * (self.ons.e + math.exp(self.log_plug))
+
+
 def toward(claimed: float, m: float) -> int:
     """The direction (+1, -1; 0: none) of a bet against an alternative's mean m that points to the
     claim's mean: the null "m, or further from the claim" then holds trial by trial (no bet where the

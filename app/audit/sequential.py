@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import BettingEProcess, NoiseEvidence, max_both_right, max_pair_accuracy, toward
+from app.audit.eprocess import BettingEProcess, NoiseEvidence, PlugInMix, max_both_right, max_pair_accuracy, toward
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
@@ -167,7 +167,7 @@ class _ArmState:
         self.acc, self.both, self.floor_both = (BettingEProcess(+1, FIRST_BET) for _ in range(3))
         self.floor: float | None = None
         self.floors: dict[int, BettingEProcess] = {}
-        self.spread: dict[int, BettingEProcess] = {}  # H0: label i released with probability <= SPREAD x floor
+        self.spread: dict[int, PlugInMix] = {}  # H0: label i released with probability <= SPREAD x floor
         if release_floor and noise is not None and k == 2 and arm.partitions:
             from app.audit.conformance import min_release_probability
 
@@ -177,7 +177,7 @@ class _ArmState:
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
                          if white and noise is not None else None)
         if self.floors and self.noise_ev is None:  # white-box: a release not the argmax of its noisy scores is
-            self.spread = {i: BettingEProcess(+1) for i in range(2)}  # already an event of probability 0
+            self.spread = {i: PlugInMix(+1) for i in range(2)}  # already an event of probability 0
         self.alts = {} if noise is None else {a: _Alternative(a, noise, pos, draws) for a in alternatives}
         self.design = None
         if arm.partitions and noise is not None:
@@ -185,13 +185,15 @@ class _ArmState:
             self.design = design_votes(k, arm.partitions, pos, neg)
         # H: P(canary label | in) >= leak_bound, the most (epsilon, delta)-DP allows beside the claim's own
         # release rate without the canary (design model); black-box only, bet on the canary's trials
-        self.leak: BettingEProcess | None = None
+        self.leak: PlugInMix | None = None
+        self.leak_plug = 0.0  # the claim's P(canary label | in) under the design model: the leak bets' plug-in
         self.leak_bound = 1.0
         if self.alts and self.design is not None and self.noise_ev is None:
             out = next(iter(self.alts.values())).mu(self.design[1], TIES[0], claimed=True)
             self.leak_bound = dp_release_bound(out, epsilon, delta)
+            self.leak_plug = next(iter(self.alts.values())).mu(self.design[0], TIES[0], claimed=True)
             if self.leak_bound < 1.0:
-                self.leak = BettingEProcess(-1, FIRST_BET)
+                self.leak = PlugInMix(-1)
         self.trials = self.pairs = 0
         self.correct = self.both_right = 0.0
         self.observed = self.assumed = False
@@ -264,14 +266,18 @@ class _ArmState:
                 for a in self.alts.values():
                     a.update(float(r == self.pos), v)
             if member and self.leak is not None:
-                self.leak.update(float(r == self.pos), self.leak_bound)
+                self.leak.update(float(r == self.pos), self.leak_bound, self.leak_plug)
             noisy = getattr(obs, "noisy_scores", None)
             if self.noise_ev is not None and votes is not None and noisy is not None:
                 self.noise_ev.update(votes, noisy, r)
+            plug = {i: 0.5 for i in self.spread}  # the spread bets' plug-in: the claim's release law on this trial
+            if self.spread and v is not None and self.alts:
+                p_pos = next(iter(self.alts.values())).mu(v, TIES[0], claimed=True)
+                plug = {i: p_pos if i == self.pos else 1.0 - p_pos for i in self.spread}
             for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary
                 proc.update(float(r == i), float(self.floor or 0.0))
                 if self.spread:
-                    self.spread[i].update(float(r == i), SPREAD * float(self.floor or 0.0))
+                    self.spread[i].update(float(r == i), SPREAD * float(self.floor or 0.0), plug[i])
         self.trials += 2
         self.pairs += 1
         x = 0.5 * (float(rel[True] == self.pos) + float(rel[False] != self.pos))

@@ -76,6 +76,27 @@ def test_betting_process_is_a_test_supermartingale_at_its_null():
     assert hits / runs <= _limit(alpha, runs)
 
 
+@pytest.mark.parametrize("side,m,plug", [(+1, 0.063, 0.3), (-1, 0.683, 0.34), (-1, 0.683, 0.0)])
+def test_plug_in_mix_is_a_test_supermartingale_at_its_null(side, m, plug):
+    """The spread (+1 against 0.25 x floor) and leak (-1 against the DP bound) bettors: Y ~ Bernoulli(m)
+    exactly at the null while the plug-in says the claim's mean (Kelly bets from the first trial, the
+    most aggressive case): P(sup e >= 1/alpha) <= alpha over 2000 paths of 150 trials (+ 3 sd). A
+    plug-in that peeked at the trial's own y would break it."""
+    from app.audit.eprocess import PlugInMix
+
+    rng = np.random.default_rng(1)
+    alpha, runs = 0.1, 2000
+    hits = 0
+    for _ in range(runs):
+        p = PlugInMix(side)
+        for y in rng.random(150) < m:
+            p.update(float(y), m, plug)
+            if p.e >= 1 / alpha:
+                hits += 1
+                break
+    assert hits / runs <= _limit(alpha, runs), hits
+
+
 def test_boundary_mechanism_false_violation_rate_within_level():
     """1000 sequential audits of a mechanism exactly at its claim, each looking after every batch
     up to 200 trials: the share that ends 'violation' is <= alpha (Ville), not just at one look."""
