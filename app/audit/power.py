@@ -276,7 +276,7 @@ def power_report(
     # Only the white-box noise conformance test excuses a ceiling at or below the claim: the release floor sees
     # too little noise, not a release that leaks without being too deterministic -- a non-private gateway
     # (plain ICL, the model copies the canary: its label always with it, never without) releases each label
-    # half the time, and only the bound can refute it (it passed the 5 x 2 design at claim 2, 40 trials, ceiling 1.82).
+    # half the time, and only the bound can refute it (it passed the 5 x 2 design at claim 2, 40 trials, ceiling 1.60).
     by_conformance = all((alts[n].detection_conformance or 0.0) >= min_detection for n in required)
     if claimed_epsilon >= ceiling and not by_conformance:
         reasons.append(f"{n_members} + {n_nonmembers} counted trials at confidence {confidence:g} cannot show a "

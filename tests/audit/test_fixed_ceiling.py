@@ -2,7 +2,7 @@
 gateway (plain ICL over every exemplar, no noise; tests/audit/standalone_gateway.py) releases each label
 half the time, so the release floor never sees it, and only the bound can. Before, a design whose floor
 detected every noise alternative was recommended and passed with its ceiling below the claim (5 x 2 at
-claim 2: 40 trials, ceiling 1.82): the non-private gateway passed it, 3 of 3 audits."""
+claim 2: 40 trials, ceiling 1.60): the non-private gateway passed it, 3 of 3 audits."""
 
 from __future__ import annotations
 
