@@ -14,6 +14,7 @@ dotted field, which the API answers 422 (``app.api.input_guard``).
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any
@@ -91,3 +92,67 @@ class JSONBody(BaseModel):
                 if key in data:
                     _check(key, f.annotation, data[key])
         return data
+
+
+# --- duplicate keys ------------------------------------------------------------------------------------------
+# json.loads keeps the last of two equal keys ({"epsilon": 1, "epsilon": 100} is epsilon 100), while a proxy or a
+# WAF in front may read the first: the two would see different requests. Every JSON body the service parses goes
+# through ``loads`` below (FastAPI's bodies via app.api.json_route, the upload route, its JSONL lines, the /ui
+# audit config), which refuses a repeated key. The hook is C json's object_pairs_hook: +3 us on a 590-byte
+# answer body (1.5x json.loads; a whole FastAPI request, ~205 us, within noise), +16% on a 1.2 MB upload
+# (benchmarks/bench_json_dupkeys.py); the key's path is looked for only on the error.
+
+
+class DuplicateKeyError(Exception):
+    """A JSON object repeats a key; ``param`` is its dotted path (``epsilon``, ``config.trials``,
+    ``exemplars.3.input``). Not a ValueError: callers that map ValueError to "not valid JSON" keep
+    this one apart."""
+
+    def __init__(self, param: str) -> None:
+        super().__init__(f"{param}: the key appears more than once in a JSON object")
+        self.param = param
+
+    def prefixed(self, prefix: str) -> "DuplicateKeyError":
+        return DuplicateKeyError(f"{prefix}{self.param}")
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Repeated
+    return d
+
+
+class _Pairs(list[tuple[str, Any]]):
+    pass
+
+
+def _first_repeated(raw: str | bytes) -> str:
+    """The dotted path of the first repeated key in document order (error path only; iterative)."""
+    tree = json.loads(raw, object_pairs_hook=_Pairs)
+    stack: list[tuple[Any, str]] = [(tree, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for k, _ in node:
+                if k in seen:
+                    return f"{where}.{k}" if where else k
+                seen.add(k)
+            stack.extend((v, f"{where}.{k}" if where else k) for k, v in reversed(node))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}.{i}" if where else str(i)) for i, v in reversed(list(enumerate(node))))
+    return "body"  # not reached: _unique found one
+
+
+def loads(raw: str | bytes) -> Any:
+    """``json.loads`` that refuses a repeated key in any object (DuplicateKeyError naming it). Its other
+    errors are json.loads' own (JSONDecodeError, UnicodeDecodeError, RecursionError)."""
+    try:
+        return json.loads(raw, object_pairs_hook=_unique)
+    except _Repeated:
+        raise DuplicateKeyError(_first_repeated(raw)) from None

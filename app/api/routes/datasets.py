@@ -9,12 +9,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ConfigDict, Field, ValidationError
 
+from app.api.json_route import JSONRoute
 from app.badtext import BadTextError
-from app.jsonbody import JSONBody
+from app.jsonbody import DuplicateKeyError, JSONBody, loads
 
 from app.answers.dataset_cache import dataset_cache
 from app.api.deps import Offset, RuntimeDep, TenantDep
-from app.api.errors import APIError, dataset_not_found, validation_error
+from app.api.errors import APIError, dataset_not_found, duplicate_key_error, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
 from app.api.auth import SCOPES, require
 from app.api.schemas import (
@@ -37,7 +38,7 @@ from app.api.dataset_service import (  # noqa: F401 - re-exported for older impo
     store_dataset,
 )
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/datasets", tags=["datasets"])
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
 
@@ -82,7 +83,9 @@ def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
         raise APIError(422, "empty JSONL body: line 1 must hold the dataset metadata", param="body")
     n0, first = numbered[0]
     try:
-        meta = DatasetMeta.model_validate(json.loads(first))
+        meta = DatasetMeta.model_validate(loads(first))
+    except DuplicateKeyError as exc:
+        raise duplicate_key_error(exc, f"line {n0}: ") from None
     except (json.JSONDecodeError, RecursionError):
         raise APIError(422, f"line {n0} is not valid JSON", param="body") from None
     except ValidationError as exc:
@@ -92,7 +95,9 @@ def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
     exemplars = []
     for i, (n, line) in enumerate(numbered[1:]):
         try:
-            exemplars.append(ExemplarIn.model_validate(json.loads(line)))
+            exemplars.append(ExemplarIn.model_validate(loads(line)))
+        except DuplicateKeyError as exc:
+            raise duplicate_key_error(exc.prefixed(f"exemplars.{i}."), f"line {n}: ") from None
         except (json.JSONDecodeError, RecursionError):
             raise APIError(422, f"exemplar {i} (line {n}) is not valid JSON", param=f"exemplars.{i}") from None
         except ValidationError as exc:
@@ -122,7 +127,9 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         # an escaped lone surrogate reaches JSONBody's text check (pydantic's JSON parser would
         # refuse it without naming the field).
         try:
-            data = json.loads(raw)
+            data = loads(raw)
+        except DuplicateKeyError as exc:
+            raise duplicate_key_error(exc) from None
         except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
             raise APIError(422, "body: not valid JSON", param="body", code="invalid_value") from None
         try:

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from app.api.json_route import JSONRoute
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.api.schemas import ModelList, ModelObject
 
-router = APIRouter(tags=["models"])
+router = APIRouter(route_class=JSONRoute, tags=["models"])
 
 
 def _model_object(rt, name: str) -> dict:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ConfigDict, Field
 
+from app.api.json_route import JSONRoute
 from app.api.auth import SCOPES, require
 from app.api.dataset_schemas import BudgetIn, DatasetMeta
 from app.api.dataset_service import store_dataset
@@ -18,7 +19,7 @@ from app.api.schemas import DatasetObject, SampleList
 from app.icl.samples import SAMPLES, load_sample, sample_names
 from app.jsonbody import JSONBody
 
-router = APIRouter(prefix="/v1/samples", tags=["datasets"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/samples", tags=["datasets"])
 
 SampleName = Annotated[str, Path(max_length=100, description=f"one of {', '.join(sorted(SAMPLES))}")]
 
