@@ -17,7 +17,7 @@ from app.api.deps import RuntimeDep, TenantDep
 from app.api.errors import APIError
 from app.api.schemas import DatasetObject, SampleList
 from app.icl.samples import SAMPLES, load_sample, sample_names
-from app.jsonbody import JSONBody
+from app.jsonbody import JSONBody, VisibleText
 
 router = APIRouter(route_class=JSONRoute, prefix="/v1/samples", tags=["datasets"])
 
@@ -26,7 +26,7 @@ SampleName = Annotated[str, Path(max_length=100, description=f"one of {', '.join
 
 class SampleLoad(JSONBody):
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(default=None, min_length=1, max_length=200,
+    name: VisibleText | None = Field(default=None, min_length=1, max_length=200,
                              description="name of the new dataset (default: the sample's name)")
     budget: BudgetIn | None = None
     answer_reuse: bool = True
