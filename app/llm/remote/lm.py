@@ -96,7 +96,7 @@ class RemoteLanguageModel:
 
     @property
     def _label(self) -> str:
-        return f"model {self.name!r} (remote backend, {self.opts.base_url})"
+        return f"model {self.name!r} (remote backend, {self.opts.public_url})"
 
     def _url(self, path: str) -> str:
         if path.startswith("/v1/"):
@@ -181,7 +181,7 @@ class RemoteLanguageModel:
             dtype="server",
             prefix_reuse=not self.opts.salt_off,
             decode_session=full and self._has("tokenize"),
-            server=self.opts.base_url,
+            server=self.opts.public_url,
             served_model_name=self.model_id,
             tokenize=self._has("tokenize"),
             prompt_logprobs=self._has("prompt_logprobs"),
@@ -505,4 +505,4 @@ class RemoteLanguageModel:
         self.transport.close()
 
     def __repr__(self) -> str:
-        return f"RemoteLanguageModel(name={self.name!r}, server={self.opts.base_url!r}, model={self.model_id!r})"
+        return f"RemoteLanguageModel(name={self.name!r}, server={self.opts.public_url!r}, model={self.model_id!r})"

@@ -65,6 +65,20 @@ _CAPABILITY_NAMES = (
 )
 
 
+def public_url(url: str | None) -> str | None:
+    """A URL without its credentials (``user:password@``), query or fragment: what an error, a log line or the
+    public GET /v1/models may show of a model server's address (its host stays). Not a URL: unchanged."""
+    if not url or "://" not in url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+
 @dataclass(frozen=True)
 class RemoteOptions:
     """``ModelSpec.options`` of a remote model (all optional but the URL).
@@ -107,6 +121,11 @@ class RemoteOptions:
     startup_timeout: float = 0.0
     embed_batch_size: int = 64
     max_batch_tokens: int = 8192
+
+    @property
+    def public_url(self) -> str:
+        """``base_url`` without the credentials a URL may carry (``user:password@``), for messages and logs."""
+        return public_url(self.base_url) or ""
 
     @property
     def root_url(self) -> str:
