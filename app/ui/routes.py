@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from app import __version__
 from app.api.json_route import JSONRoute
-from app.jsonbody import DuplicateKeyError, loads
+from app.jsonbody import BodyValueError, loads
 from app.api.principal import OPEN_MODE_WARNING, SCOPES, Principal, auth_mode, principal_for_key
 from app.api.errors import APIError, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
@@ -341,7 +341,7 @@ async def new_audit(request: Request):
     except json.JSONDecodeError as exc:
         errors["config"] = f"config: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         config = {}
-    except DuplicateKeyError as exc:
+    except BodyValueError as exc:
         errors["config"] = str(exc.prefixed("config."))
         config = {}
     except RecursionError:

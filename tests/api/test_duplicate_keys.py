@@ -98,3 +98,37 @@ def test_a_router_without_the_route_class_fails_start_up():
     r.post("/x")(lambda: None)
     with pytest.raises(RuntimeError, match="route_class=JSONRoute"):
         _strict_json_bodies(r)
+
+
+# Non-finite numbers: Python's json reads NaN / Infinity / -Infinity (not JSON) and makes 1e999 inf. A free-form
+# value kept them: a canary_mia job with simulated votes [NaN, 3] was stored, then its 202 could not be rendered
+# (a 500); an audit plan with partitions Infinity was a 500 (OverflowError). Now a 422 naming the value's path.
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_non_finite_number_is_a_422_naming_it(live_server, body_operations, literal):
+    raw = f'{{"query": "q", "epsilon": {literal}}}'.encode()
+    for method, path in body_operations:
+        r = httpx.request(method, f"{live_server}{path}", content=raw, headers={"content-type": "application/json"},
+                          timeout=T)
+        where = f"{method} {path}: {r.status_code} {r.text[:300]}"
+        if r.status_code == 404 and path.endswith("/load"):
+            continue
+        assert r.status_code == 422 and r.json()["error"]["param"] == "epsilon", where
+    sim = '{"type": "simulated", "params": {"epsilon": 1, "delta": 1e-5, "partitions": %s}%s}'
+    cases = [("/v1/audits", '{"kind": "canary_mia", "config": {"target": %s, "trials": 40}}'
+              % (sim % ("4", f', "votes_with": [{literal}, 3], "votes_without": [0, 4]')),
+              "config.target.votes_with.0"),  # before: 500 after the job was stored
+             ("/v1/audits/plan", '{"kind": "canary_mia", "config": {"target": %s}}' % (sim % (literal, "")),
+              "config.target.params.partitions")]  # before: 500 (OverflowError)
+    for path, body, param in cases:
+        r = httpx.post(f"{live_server}{path}", content=body.encode(), headers={"content-type": "application/json"},
+                       timeout=T)
+        assert r.status_code == 422 and r.json()["error"]["param"] == param, r.text[:300]
+
+
+def test_finite_numbers_still_parse():
+    from app.jsonbody import NonFiniteNumberError, loads
+
+    assert loads('{"a": 1.5, "b": -0.0, "c": 1e-320, "d": 1.7976931348623157e308}')["d"] == 1.7976931348623157e308
+    with pytest.raises(NonFiniteNumberError) as e:
+        loads('{"c": {"v": [1, 2, Infinity]}}')
+    assert e.value.param == "c.v.2"

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from app.api.json_route import JSONRoute
 from app.badtext import BadTextError
-from app.jsonbody import DuplicateKeyError, JSONBody, loads
+from app.jsonbody import BodyValueError, JSONBody, loads
 
 from app.answers.dataset_cache import dataset_cache
 from app.api.deps import Offset, RuntimeDep, TenantDep
@@ -91,7 +91,7 @@ def _parse_jsonl(raw: bytes, settings) -> tuple[DatasetMeta, list[ExemplarIn]]:
     _check_count(len(numbered) - 1, settings)
     try:
         meta = DatasetMeta.model_validate(loads(first))
-    except DuplicateKeyError as exc:
+    except BodyValueError as exc:
         raise duplicate_key_error(exc, f"line {n0}: ") from None
     except (json.JSONDecodeError, RecursionError):
         raise APIError(422, f"line {n0} is not valid JSON", param="body") from None
@@ -103,7 +103,7 @@ def _parse_jsonl(raw: bytes, settings) -> tuple[DatasetMeta, list[ExemplarIn]]:
     for i, (n, line) in enumerate(numbered[1:]):
         try:
             exemplars.append(ExemplarIn.model_validate(loads(line)))
-        except DuplicateKeyError as exc:
+        except BodyValueError as exc:
             raise duplicate_key_error(exc.prefixed(f"exemplars.{i}."), f"line {n}: ") from None
         except (json.JSONDecodeError, RecursionError):
             raise APIError(422, f"exemplar {i} (line {n}) is not valid JSON", param=f"exemplars.{i}") from None
@@ -135,7 +135,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         # refuse it without naming the field).
         try:
             data = loads(raw)
-        except DuplicateKeyError as exc:
+        except BodyValueError as exc:
             raise duplicate_key_error(exc) from None
         except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
             raise APIError(422, "body: not valid JSON", param="body", code="invalid_value") from None
