@@ -11,6 +11,7 @@ never the text (it may be a private exemplar).
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -61,3 +62,42 @@ def check_text(value: Any, param: str | None = None) -> None:
         elif isinstance(v, (list, tuple)):
             for i in range(len(v) - 1, -1, -1):
                 stack.append((v[i], f"{where}.{i}" if where else str(i)))
+
+
+# --- visible text -----------------------------------------------------------------------------------------
+# An identifying text field (a label, a dataset name) must hold something a person can see: not only whitespace,
+# control characters (Unicode Cc) or format characters (Cf: U+200B-U+200D zero-width space / joiners, U+2060,
+# U+FEFF, U+00AD, bidi controls). One pattern, used by the check and published in the OpenAPI document, so a
+# client or a fuzzer generates what the server accepts. Python's str.strip() leaves Cf characters in place.
+# Basic Multilingual Plane only (JSON Schema's ECMA regexes have no astral escapes without the u flag): an astral
+# Cf character (U+E0001 language tag, U+1D173 musical format) counts as visible here; ``visible_form`` drops them.
+
+
+def _invisible_ranges() -> str:
+    out, start = [], None
+    for cp in range(0x10000):
+        hidden = unicodedata.category(chr(cp)) in ("Cc", "Cf")
+        if hidden and start is None:
+            start = cp
+        if not hidden and start is not None:
+            out.append(f"\\u{start:04x}" if start == cp - 1 else f"\\u{start:04x}-\\u{cp - 1:04x}")
+            start = None
+    return "".join(out)
+
+
+VISIBLE_PATTERN = f"[^\\s{_invisible_ranges()}]"
+_VISIBLE = re.compile(VISIBLE_PATTERN)
+INVISIBLE_ONLY = "must contain visible text, not only whitespace or invisible (format or control) characters"
+
+
+def has_visible(s: str) -> bool:
+    """Whether ``s`` holds a character that is neither whitespace nor a BMP control / format character."""
+    return _VISIBLE.search(s) is not None
+
+
+def visible_form(s: str) -> str:
+    """``s`` as two labels are compared: format characters (every plane) removed, trimmed, Unicode NFC."""
+    if not s.isascii():
+        s = "".join(ch for ch in s if unicodedata.category(ch) != "Cf")
+    return unicodedata.normalize("NFC", s.strip())
+

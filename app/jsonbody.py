@@ -14,13 +14,14 @@ dotted field, which the API answers 422 (``app.api.input_guard``).
 
 from __future__ import annotations
 
+import json
 import types
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from app.badtext import check_text
+from app.badtext import INVISIBLE_ONLY, VISIBLE_PATTERN, check_text, has_visible
 
 _NONE = type(None)
 
@@ -78,6 +79,18 @@ def _check(name: str, tp: Any, value: Any) -> None:
                 _check(f"{name}.{i}", item, v)
 
 
+def _visible(v: str) -> str:
+    if not has_visible(v):
+        raise ValueError(INVISIBLE_ONLY)
+    return v
+
+
+# An identifying text field (a label, a dataset name): a 422 naming it when it holds nothing visible ("\u200b",
+# "  \ufeff"). The pattern is published for clients and fuzzers; the check is the validator's (its message names
+# the rule, where pydantic's would quote a 160-character pattern).
+VisibleText = Annotated[str, Field(json_schema_extra={"pattern": VISIBLE_PATTERN}), AfterValidator(_visible)]
+
+
 class JSONBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
@@ -91,3 +104,111 @@ class JSONBody(BaseModel):
                 if key in data:
                     _check(key, f.annotation, data[key])
         return data
+
+
+# --- duplicate keys and non-finite numbers ------------------------------------------------------------------
+# json.loads keeps the last of two equal keys ({"epsilon": 1, "epsilon": 100} is epsilon 100), while a proxy or a
+# WAF in front may read the first: the two would see different requests. It also reads NaN / Infinity (not JSON)
+# and makes 1e999 inf. Every JSON body the service parses goes through ``loads`` below (FastAPI's bodies via
+# app.api.json_route, the upload route, its JSONL lines, the /ui audit config), which refuses both. The hooks are
+# C json's object_pairs_hook and parse_float: +3.4 us on a 590-byte answer body (~1.55x json.loads), within the
+# noise of a whole in-process FastAPI request (~150 us +- 10%; benchmarks/bench_json_dupkeys.py); the offending
+# value's path is looked for only on the error.
+
+
+class BodyValueError(Exception):
+    """A JSON body holds what the service refuses before any field is validated; ``param`` is the dotted path
+    (``epsilon``, ``config.trials``, ``exemplars.3.input``). Not a ValueError: callers that map ValueError to
+    "not valid JSON" keep these apart."""
+
+    code = "invalid_value"
+    reason = "not accepted"
+
+    def __init__(self, param: str) -> None:
+        super().__init__(f"{param}: {self.reason}")
+        self.param = param
+
+    def prefixed(self, prefix: str) -> "BodyValueError":
+        return type(self)(f"{prefix}{self.param}")
+
+
+class DuplicateKeyError(BodyValueError):
+    code = "duplicate_key"
+    reason = "the key appears more than once in a JSON object"
+
+
+class NonFiniteNumberError(BodyValueError):
+    # Python's json reads NaN, Infinity and -Infinity (not JSON) and turns 1e999 into inf: a free-form value
+    # (a job's config, simulated votes) kept one, and the response that echoed it could not be rendered (a 500
+    # after the job was stored).
+    code = "invalid_value"
+    reason = "not a finite number (NaN, Infinity and numbers beyond 1.8e308 are not accepted)"
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Repeated
+    return d
+
+
+class _Pairs(list[tuple[str, Any]]):
+    pass
+
+
+class _Bad(Exception):
+    pass
+
+
+_BAD = object()  # a non-finite number, as the locating parse marks it
+
+
+def _finite(text: str) -> float:
+    v = float(text)
+    if v - v != 0.0:  # inf or nan (cheaper than math.isfinite's call)
+        raise _Bad
+    return v
+
+
+def _constant(_name: str) -> float:  # NaN, Infinity, -Infinity
+    raise _Bad
+
+
+def _marked(text: str) -> Any:
+    v = float(text)
+    return v if v - v == 0.0 else _BAD
+
+
+def _locate(raw: str | bytes) -> BodyValueError:
+    """The first repeated key or non-finite number in document order, with its dotted path (error path only;
+    iterative)."""
+    tree = json.loads(raw, object_pairs_hook=_Pairs, parse_float=_marked, parse_constant=lambda _n: _BAD)
+    stack: list[tuple[Any, str]] = [(tree, "")]
+    while stack:
+        node, where = stack.pop()
+        if node is _BAD:
+            return NonFiniteNumberError(where or "body")
+        if isinstance(node, _Pairs):
+            seen: set[str] = set()
+            for k, _ in node:
+                if k in seen:
+                    return DuplicateKeyError(f"{where}.{k}" if where else k)
+                seen.add(k)
+            stack.extend((v, f"{where}.{k}" if where else k) for k, v in reversed(node))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}.{i}" if where else str(i)) for i, v in reversed(list(enumerate(node))))
+    return BodyValueError("body")  # not reached
+
+
+def loads(raw: str | bytes) -> Any:
+    """``json.loads`` that refuses a repeated key in any object and a non-finite number (NaN, Infinity, 1e999)
+    anywhere: a BodyValueError naming the first in document order. Its other errors are json.loads' own
+    (JSONDecodeError, UnicodeDecodeError, RecursionError)."""
+    try:
+        return json.loads(raw, object_pairs_hook=_unique, parse_float=_finite, parse_constant=_constant)
+    except (_Repeated, _Bad):
+        raise _locate(raw) from None

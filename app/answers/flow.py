@@ -193,8 +193,8 @@ def work_for_tenant(caller: Caller, fn: Callable[..., Any], *args: Any, lm: Any 
 
 def answer_token_budget(configured: int | None, lm: Any) -> int | None:
     """The tokens one answer may run through ``lm``: the setting, else twice what the model runs in one
-    batch at most (its ``max_batch_tokens``: 8192 on a CPU, from free memory on CUDA); None: no bound (a
-    remote model, bounded by its server)."""
+    batch at most (its ``max_batch_tokens``: 8192 on a CPU, from free memory on CUDA; a remote model's
+    declared ``options.max_batch_tokens``, default 8192); None: no bound (a model without one)."""
     if configured is not None:
         return configured
     per_batch = getattr(lm, "max_batch_tokens", None)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from app.api.schemas import AdjacencyName
-from app.jsonbody import JSONBody
+from app.badtext import visible_form
+from app.jsonbody import JSONBody, VisibleText
 
 __all__ = ["BudgetIn", "DatasetCreate", "DatasetMeta", "ExemplarIn", "NON_BLANK", "TemplateIn"]
 
@@ -44,11 +44,11 @@ class DatasetMeta(JSONBody):
         "then": {},
         "else": {"required": ["labels"], "properties": {"labels": {"type": "array"}}},
     })
-    name: str = Field(min_length=1, max_length=200)
+    name: Annotated[VisibleText, Field(min_length=1, max_length=200)]
     budget: BudgetIn | None = None
     task: Literal["classification", "generation"] = "classification"
     # Unique (uniqueItems in the schema); the check below also refuses two labels equal once trimmed.
-    labels: Annotated[list[Annotated[str, Field(pattern=NON_BLANK)]], Field(
+    labels: Annotated[list[VisibleText], Field(
         min_length=2, max_length=100, json_schema_extra={"uniqueItems": True})] | None = None
     template: TemplateIn | None = None
     answer_reuse: bool = Field(default=True, description="an identical private request gets the stored released "
@@ -64,10 +64,10 @@ class DatasetMeta(JSONBody):
         cleaned = [s.strip() for s in v]
         if any(not s for s in cleaned):
             raise ValueError("labels must be non-empty strings")
-        # Unique as text, not as code points: "caf\u00e9" and "cafe\u0301" are one word in two Unicode forms
-        # (they render alike, and would split one class's votes in two).
-        if len({unicodedata.normalize("NFC", s) for s in cleaned}) != len(cleaned):
-            raise ValueError("labels must be unique (compared trimmed and in Unicode NFC)")
+        # Unique as text, not as code points: "caf\u00e9" and "cafe\u0301" are one word in two Unicode forms, "yes"
+        # and "yes\u200b" one word with a zero-width space (they render alike, and would split one class's votes).
+        if len({visible_form(s) for s in cleaned}) != len(cleaned):
+            raise ValueError("labels must be unique (compared trimmed, without format characters, in Unicode NFC)")
         return cleaned
 
     @model_validator(mode="after")

@@ -13,8 +13,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 # NotFound, which the AnswerError handler below answers as a 404 like any APIError.
 from app.answers.errors import dataset_not_found
 from app.cpu_gate import GateBusy
+from app.jsonbody import BodyValueError
 
-__all__ = ["APIError", "dataset_not_found", "error_body", "install_error_handlers", "validation_error"]
+__all__ = ["APIError", "dataset_not_found", "duplicate_key_error", "error_body", "install_error_handlers", "validation_error"]
 
 log = logging.getLogger("dpicl.api")
 
@@ -122,9 +123,16 @@ _FASTAPI_PARSE_ERROR = "There was an error parsing the body"
 
 def _parse_error(exc: BaseException) -> APIError:
     cause = exc.__cause__
+    if isinstance(cause, BodyValueError):  # app.api.json_route: {"epsilon": 1, "epsilon": 100}
+        return duplicate_key_error(cause)
     why = ("not UTF-8 text" if isinstance(cause, UnicodeDecodeError)
            else "nested too deeply" if isinstance(cause, RecursionError) else "it could not be decoded")
     return APIError(422, f"body: not valid JSON: {why}", param="body", code="invalid_value")
+
+
+def duplicate_key_error(exc: BodyValueError, message_prefix: str = "") -> APIError:
+    """A repeated key or a non-finite number in a JSON body (app.jsonbody.loads): a 422 naming it."""
+    return APIError(422, f"{message_prefix}{exc}", param=exc.param, code=exc.code)
 
 
 def validation_error(errors: list[dict], prefix: str = "", *, located: bool = False) -> APIError:

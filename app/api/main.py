@@ -38,6 +38,18 @@ ROUTERS = [health.router, models.router, privacy.router, datasets.router, privat
            ui_routes.router]  # the web dashboard (/ui, app/ui)
 
 
+def _strict_json_bodies(router) -> None:
+    """Every route that takes a JSON body parses it with app.jsonbody.loads (a repeated key is a 422): a router
+    made without ``route_class=JSONRoute`` fails start-up instead of silently letting the last key win."""
+    from fastapi.routing import APIRoute
+
+    from app.api.json_route import JSONRoute
+
+    for route in router.routes:
+        if isinstance(route, APIRoute) and not isinstance(route, JSONRoute):
+            raise RuntimeError(f"{route.path}: its router needs route_class=JSONRoute (app/api/json_route.py)")
+
+
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
     """Build the app. ``runtime`` may be passed pre-built (tests share loaded models)."""
     settings = settings or (runtime.settings if runtime else get_settings())
@@ -90,6 +102,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     auth_middleware.install(app)  # the key before the body (docs/security.md#who-may-call-what)
     metrics.install(app)  # GET /metrics and the request-latency middleware
     for r in ROUTERS:
+        _strict_json_bodies(r)
         app.include_router(r)
     # Start-up/shutdown work of the job runner (appends to app.state.startup_hooks).
     jobs_service.install(app)

@@ -33,6 +33,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from app.api.json_route import JSONRoute
 from app.api.auth import METRICS_SCOPE, require
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class MetricsMiddleware:
                     time.perf_counter() - t0)
 
 
-router = APIRouter()
+router = APIRouter(route_class=JSONRoute, )
 
 
 # Cross-tenant totals: a key with the metrics scope (or admin) once keyed; docs/security.md has a

@@ -33,6 +33,17 @@ from app.audit.estimates import (
 from app.audit.noise import VotingNoise
 
 DEFAULT_N_SAMPLE = 400_000
+# n_sample x labels: the draws are held as float arrays, ~46 bytes per cell at peak (measured: 2e7 cells, +919
+# MiB). 2**26 cells is ~3 GiB; n_sample 4,000,000 with 1,000 labels (simulated votes of that length) would have
+# asked for ~180 GB and the kernel's OOM killer would have ended the server that runs the job.
+MAX_BOOTSTRAP_CELLS = 2**26
+
+
+def check_bootstrap_size(n_sample: int, labels: int) -> None:
+    """ValueError naming n_sample when n_sample x labels is over MAX_BOOTSTRAP_CELLS."""
+    if n_sample * labels > MAX_BOOTSTRAP_CELLS:
+        raise ValueError(f"n_sample: {n_sample} draws x {labels} labels = {n_sample * labels} is over "
+                         f"{MAX_BOOTSTRAP_CELLS} (the bootstrap's memory); draw fewer")
 
 
 @dataclass
@@ -98,6 +109,7 @@ def bootstrap_audit(
         raise ValueError("vote vectors with and without the canary must have the same labels")
     if n_sample < 4:
         raise ValueError("n_sample must be >= 4")
+    check_bootstrap_size(n_sample, vw.shape[1])
     d = noise.delta if delta is None else float(delta)
     eps_theory = noise.epsilon if epsilon_theory is None else epsilon_theory
     # Lines 6-7: H_with, H_without.

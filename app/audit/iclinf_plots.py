@@ -23,9 +23,12 @@ def _figure() -> tuple[Figure, Axes]:
 
 
 def _png(fig: Figure) -> bytes:
-    fig.tight_layout()
+    from app.audit.plots import DRAW_LOCK  # matplotlib's text layout is not thread-safe (see there)
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    with DRAW_LOCK:
+        fig.tight_layout()
+        fig.savefig(buf, format="png")
     return buf.getvalue()
 
 

@@ -1,8 +1,15 @@
-"""PNG plots of a campaign (matplotlib's object API: no pyplot state, safe in worker threads)."""
+"""PNG plots of a campaign (matplotlib's object API: no pyplot state).
+
+Drawing is not thread-safe even so: matplotlib's mathtext parser (log-scale tick labels such as 10^-5) is one
+shared pyparsing object, and two audit jobs laying out figures at once made it raise ValueError (a burst of
+epsilon jobs failed as internal errors). Every figure of the service is laid out and saved under ``DRAW_LOCK``
+(here, app.audit.iclinf_plots, app.jobs.plots); that step takes ~0.1 s.
+"""
 
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +17,8 @@ import numpy as np
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+DRAW_LOCK = threading.Lock()
 
 
 def _figure() -> Figure:
@@ -22,9 +31,10 @@ def _figure() -> Figure:
 
 
 def _png(fig: Figure) -> bytes:
-    fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    with DRAW_LOCK:
+        fig.tight_layout()
+        fig.savefig(buf, format="png")
     return buf.getvalue()
 
 

@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from app.budget.split import split
-from app.privacy.pld import PldSpec, compose_counts
+from app.privacy.pld import HistoryTooLarge, PldSpec, compose_counts
 from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
 # Which dominating pairs the *ledger* composes by PLD. The ledger is a privacy filter: each answer's epsilon is
@@ -193,7 +193,10 @@ def _pld_route(state: BudgetState, delta_left: float) -> tuple[float, str]:
     """The PLD group at delta_1 + the other curves by RDP at delta_left - delta_1 + the curveless
     charges by basic composition; the split optimised (``app.budget.split``: any split is valid)."""
     assert state.rest_rdp is not None
-    group = compose_counts(state.pld_counts)
+    try:
+        group = compose_counts(state.pld_counts)
+    except HistoryTooLarge:  # mu overflows (an answer at epsilon 1e308): no finite bound on this route; was a 500
+        return math.inf, "pld"
     if not bool(np.any(state.rest_rdp > 0)):
         return float(group.epsilon(delta_left) + state.nocurve_epsilon), "pld"
     return split(group, state.orders, state.rest_rdp, delta_left) + state.nocurve_epsilon, "pld+rdp"

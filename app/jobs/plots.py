@@ -1,9 +1,12 @@
-"""PNG plots for job artifacts (matplotlib's object API: no pyplot state, safe in worker threads)."""
+"""PNG plots for job artifacts (matplotlib's object API: no pyplot state). Drawn under
+``app.audit.plots.DRAW_LOCK``: matplotlib's text layout is not thread-safe (see there)."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+
+from app.audit.plots import DRAW_LOCK
 
 
 def line_plot_png(
@@ -16,6 +19,22 @@ def line_plot_png(
     hline: tuple[float, str] | None = None,
     marker: tuple[float, float, str] | None = None,
     logx: bool = False,
+) -> bytes:
+    with DRAW_LOCK:
+        return _line_plot_png(xs, ys, xlabel=xlabel, ylabel=ylabel, title=title, hline=hline, marker=marker,
+                              logx=logx)
+
+
+def _line_plot_png(
+    xs: Sequence[float],
+    ys: Sequence[float] | dict[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    hline: tuple[float, str] | None,
+    marker: tuple[float, float, str] | None,
+    logx: bool,
 ) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

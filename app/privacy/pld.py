@@ -42,6 +42,11 @@ from scipy import optimize, special, stats
 
 from app.privacy.errors import PrivacyInputError
 
+
+class HistoryTooLarge(PrivacyInputError):
+    """The Gaussian part of a history overflows float64 (sum of mu^2 is inf: a charge at epsilon 1e308): the PLD
+    route has no finite bound. The ledger takes it as epsilon inf on that route (app.budget.composition)."""
+
 KINDS = ("gaussian", "pure")
 GRID = 1e-4  # loss grid width when several pure epsilons are combined (error <= GRID per type)
 MAX_GRID_POINTS = 4_000_000
@@ -371,7 +376,7 @@ def compose_counts(counts: Mapping[str, int]) -> Composed:
     types = tuple(sorted(pure.items()))
     mu = math.sqrt(mu2)
     if not math.isfinite(mu):
-        raise PrivacyInputError("Gaussian history too large", param="pld_counts")
+        raise HistoryTooLarge("Gaussian history too large", param="pld_counts")
     return Composed(mu, _pure_part(types))
 
 

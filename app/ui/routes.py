@@ -22,6 +22,8 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from app import __version__
+from app.api.json_route import JSONRoute
+from app.jsonbody import BodyValueError, loads
 from app.api.principal import OPEN_MODE_WARNING, SCOPES, Principal, auth_mode, principal_for_key
 from app.api.errors import APIError, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
@@ -53,7 +55,7 @@ templates.env.filters["fmt"] = lambda v, p=4: "—" if v is None else (f"{v:.{p}
 templates.env.filters["when"] = lambda v: "—" if not v else _when(str(v))
 templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=False)
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(route_class=JSONRoute, prefix="/ui", include_in_schema=False)
 
 SECURITY_HEADERS = {
     # No inline script or style anywhere: the CSP forbids them, so injected markup cannot run.
@@ -333,11 +335,17 @@ async def new_audit(request: Request):
 
     errors: dict[str, str] = {}
     try:
-        config = json.loads(values["config"] or "{}")
+        config = loads(values["config"] or "{}")
         if not isinstance(config, dict):
             errors["config"] = "config: must be a JSON object"
     except json.JSONDecodeError as exc:
         errors["config"] = f"config: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        config = {}
+    except BodyValueError as exc:
+        errors["config"] = str(exc.prefixed("config."))
+        config = {}
+    except RecursionError:
+        errors["config"] = "config: not valid JSON (nested too deeply)"
         config = {}
     body: dict[str, Any] = {"kind": values["kind"], "config": config}
     for name in ("claimed_epsilon", "claimed_delta"):

@@ -92,4 +92,41 @@ def test_the_budget_follows_the_setting_else_the_model():
     assert answer_token_budget(None, SimpleNamespace(max_batch_tokens=8192)) == 16384
     assert answer_token_budget(500, SimpleNamespace(max_batch_tokens=8192)) == 500
     assert answer_token_budget(0, SimpleNamespace(max_batch_tokens=8192)) == 0  # 0: no bound (work_scope)
-    assert answer_token_budget(None, object()) is None  # a remote model: its server bounds it
+    assert answer_token_budget(None, object()) is None  # a model that declares no batch size
+
+
+@pytest.fixture(scope="module")
+def remote_server(database_url, embedder):
+    """A real server whose language model is remote: the fake vLLM of tests/llm/remote (no vLLM here; the real
+    one runs in scripts/vllm_ci.sh); DPICL_MAX_ANSWER_TOKENS 2000 (the default for a remote model, twice its declared
+    max_batch_tokens, is tests/llm/remote/test_work_budget_remote.py's)."""
+    from tests.llm.remote.fake_server import FakeVLLM
+    from tests.llm.remote.test_client import remote
+
+    with FakeVLLM() as fake:
+        toy = remote(fake.url, max_context=100_000)
+        try:
+            with running_app(server_settings(database_url, job_runner="none", max_answer_tokens=2000),
+                             models={toy.name: toy, embedder.name: embedder}, timeout=T) as c:
+                yield str(c.base_url).rstrip("/"), fake
+        finally:
+            toy.close()
+
+
+def test_a_remote_models_answer_is_bounded_too(remote_server):
+    url, fake = remote_server
+    ds = _dataset(url)
+    fake.requests.clear()
+    r = httpx.post(f"{url}/v1/private/classify", timeout=T, json={
+        "dataset_id": ds, "model": "toy-remote", "query": "Will the weather be fine for the match this weekend? " * 40,
+        **PURE})
+    assert r.status_code == 422, r.text[:300]  # before: answered, ~2 x 2,300 tokens sent to the model server
+    err = r.json()["error"]
+    assert (err["param"], err["code"]) == ("query", "request_too_large") and "2000" in err["message"], err
+    assert "striker" not in r.text
+    assert fake.bodies("/v1/completions") == []  # tokenized only: nothing scored
+    assert _spent(url, ds) == (0.0, 0)
+    r = httpx.post(f"{url}/v1/private/classify", timeout=T, json={"dataset_id": ds, "model": "toy-remote",
+                                                                "query": "Rain?", **PURE})
+    assert r.status_code == 200, r.text[:300]
+    assert fake.bodies("/v1/completions") and _spent(url, ds)[1] == 1

@@ -68,3 +68,20 @@ def test_a_cancel_stops_the_math_at_the_next_step(body):
     with checkpoints(stop), pytest.raises(JobCancelled):
         service.calibrate(**body)
     assert stop.calls == 4
+
+
+
+def test_a_plot_that_cannot_be_drawn_does_not_fail_the_job(client, monkeypatch):
+    # The drawing itself was outside the job's "a plot never fails the job" guard: a matplotlib error there (seen:
+    # concurrent jobs, app.jobs.plots) failed the job as an internal error. Now: the result, a warning, no PNG.
+    import app.jobs.plots
+
+    def broken(*_a, **_k):
+        raise ValueError("matplotlib could not lay out the tick labels")
+
+    monkeypatch.setattr(app.jobs.plots, "line_plot_png", broken)
+    job = submit(client, "epsilon", {**GAUSS, "target_epsilon": 1.0, "delta": 1e-5})
+    done = wait_job(client, job["id"], timeout=60)
+    assert done["status"] == "succeeded", done["error"]
+    assert done["result"]["sigma"] > 0 and "no plot: ValueError" in done["result"]["warnings"]
+    assert "epsilon.png" not in [a["name"] for a in client.get(f"/v1/audits/{job['id']}/artifacts").json()["data"]]

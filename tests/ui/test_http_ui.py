@@ -337,3 +337,18 @@ def test_failed_job_shows_its_reason_in_the_list(keyed_server, ui):
     row = page[page.index(f'data-job-row="{j["id"]}"'):]
     row = row[:row.index("</tr>")]
     assert 'data-role="error"' in row and html.escape(j["error"]["message"], quote=False) in row
+
+
+def test_a_repeated_key_in_the_config_is_an_error_on_the_config_field(ui):
+    # app.jsonbody.loads, as the API parses bodies: before, the last "steps" won silently
+    c = ui("A")
+    r = c.post("/ui/audits/new", {"csrf_token": c.csrf(), "kind": "sleep", "config": '{"steps": 1, "steps": 9}'})
+    assert r.status_code == 422 and _form_errors(r.text) == {
+        "config": "config.steps: the key appears more than once in a JSON object"}
+
+
+def test_a_deeply_nested_config_is_an_error_on_the_config_field(ui):
+    # before: json.loads' RecursionError escaped the form handler (a 500)
+    c = ui("A")
+    r = c.post("/ui/audits/new", {"csrf_token": c.csrf(), "kind": "sleep", "config": "[" * 60_000})
+    assert r.status_code == 422 and list(_form_errors(r.text)) == ["config"], r.text[:300]

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import ConfigDict, Field
 
+from app.api.json_route import JSONRoute
 from app.jsonbody import JSONBody
 
 from app.api.auth import Principal, require
@@ -26,7 +27,7 @@ from app.api.audit_submit import AuditCreate, submit_audit  # noqa: F401 - share
 
 log = logging.getLogger("dpicl.api.audits")
 
-router = APIRouter(prefix="/v1/audits", tags=["audits"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/audits", tags=["audits"])
 
 # Seconds a client should wait before polling a job that is not finished: 1 s for a new job,
 # growing with its age (a tenth of it) up to 30 s, so that hour-long audits are not polled every second.

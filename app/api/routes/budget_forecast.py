@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
+from app.api.json_route import JSONRoute
 from app.api.auth import SCOPES, require
 from app.api.deps import RuntimeDep, TenantDep
 from app.answers.errors import AnswerError
@@ -28,7 +29,7 @@ from app.api.errors import APIError, dataset_not_found
 from app.api.schemas import BudgetForecast
 from app.store import budget_repo, datasets_repo
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/datasets", tags=["datasets"])
 
 RESERVED = ("mechanism", "answers", "max_tokens", "model", "embedder")
 _COST_KEYS = ("epsilon", "delta", "adjacency", "mechanism", "method", "is_private")

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ConfigDict, Field, ValidationError
 
+from app.api.json_route import JSONRoute
 from app.badtext import BadTextError
-from app.jsonbody import JSONBody
+from app.jsonbody import BodyValueError, JSONBody, loads
 
 from app.answers.dataset_cache import dataset_cache
 from app.api.deps import Offset, RuntimeDep, TenantDep
-from app.api.errors import APIError, dataset_not_found, validation_error
+from app.api.errors import APIError, dataset_not_found, duplicate_key_error, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
 from app.api.auth import SCOPES, require
 from app.api.schemas import (
@@ -37,16 +38,22 @@ from app.api.dataset_service import (  # noqa: F401 - re-exported for older impo
     store_dataset,
 )
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/datasets", tags=["datasets"])
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines")
 
 
+def _check_count(n: int, settings) -> None:
+    """Before any exemplar is validated: 1.5 million exemplars (60 MB, under the upload limit) took a worker
+    ~40 s of validation before this count refused them."""
+    if n > settings.max_exemplars:
+        raise APIError(422, f"too many exemplars: {n} > {settings.max_exemplars} (DPICL_MAX_EXEMPLARS)",
+                       param="exemplars", code="too_many_exemplars")
+
+
 def _validate_exemplars(meta: DatasetMeta, exemplars: list[ExemplarIn], settings) -> list[tuple[str, str]]:
     """Check sizes and labels. Messages name the exemplar index, never its text."""
-    if len(exemplars) > settings.max_exemplars:
-        raise APIError(422, f"too many exemplars: {len(exemplars)} > {settings.max_exemplars} (DPICL_MAX_EXEMPLARS)",
-                       param="exemplars", code="too_many_exemplars")
+    _check_count(len(exemplars), settings)
     labels = set(meta.labels or [])
     out: list[tuple[str, str]] = []
     for i, ex in enumerate(exemplars):
@@ -72,7 +79,7 @@ def _error_from_validation(exc: ValidationError, prefix: str = "") -> APIError:
     return validation_error(list(exc.errors()), prefix)
 
 
-def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
+def _parse_jsonl(raw: bytes, settings) -> tuple[DatasetMeta, list[ExemplarIn]]:
     """Line 1: the metadata object (the JSON form without ``exemplars``); each later line: one exemplar.
     Errors name the line (1-based, blank lines counted) and the field, never the text."""
     # Lines end at "\n" only: str.splitlines() would also split inside a JSON string at U+2028 or U+0085.
@@ -81,8 +88,11 @@ def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
     if not numbered:
         raise APIError(422, "empty JSONL body: line 1 must hold the dataset metadata", param="body")
     n0, first = numbered[0]
+    _check_count(len(numbered) - 1, settings)
     try:
-        meta = DatasetMeta.model_validate(json.loads(first))
+        meta = DatasetMeta.model_validate(loads(first))
+    except BodyValueError as exc:
+        raise duplicate_key_error(exc, f"line {n0}: ") from None
     except (json.JSONDecodeError, RecursionError):
         raise APIError(422, f"line {n0} is not valid JSON", param="body") from None
     except ValidationError as exc:
@@ -92,7 +102,9 @@ def _parse_jsonl(raw: bytes) -> tuple[DatasetMeta, list[ExemplarIn]]:
     exemplars = []
     for i, (n, line) in enumerate(numbered[1:]):
         try:
-            exemplars.append(ExemplarIn.model_validate(json.loads(line)))
+            exemplars.append(ExemplarIn.model_validate(loads(line)))
+        except BodyValueError as exc:
+            raise duplicate_key_error(exc.prefixed(f"exemplars.{i}."), f"line {n}: ") from None
         except (json.JSONDecodeError, RecursionError):
             raise APIError(422, f"exemplar {i} (line {n}) is not valid JSON", param=f"exemplars.{i}") from None
         except ValidationError as exc:
@@ -114,7 +126,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
     raw = await request.body()
     if ctype in JSONL_TYPES:
         try:
-            meta, exemplars = _parse_jsonl(raw)
+            meta, exemplars = _parse_jsonl(raw, rt.settings)
         except UnicodeDecodeError:
             raise APIError(422, "body is not UTF-8", param="body") from None
     elif ctype in ("application/json", ""):
@@ -122,9 +134,13 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         # an escaped lone surrogate reaches JSONBody's text check (pydantic's JSON parser would
         # refuse it without naming the field).
         try:
-            data = json.loads(raw)
+            data = loads(raw)
+        except BodyValueError as exc:
+            raise duplicate_key_error(exc) from None
         except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
             raise APIError(422, "body: not valid JSON", param="body", code="invalid_value") from None
+        if isinstance(data, dict) and isinstance(data.get("exemplars"), list):
+            _check_count(len(data["exemplars"]), rt.settings)
         try:
             body = DatasetCreate.model_validate(data)
         except ValidationError as exc:

@@ -4,10 +4,11 @@ from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from app.api.json_route import JSONRoute
 from app.api.deps import RuntimeDep
 from app.api.schemas import Health
 
-router = APIRouter(tags=["service"])
+router = APIRouter(route_class=JSONRoute, tags=["service"])
 
 
 @router.get("/v1/health", response_model=Health, responses={

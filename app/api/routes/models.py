@@ -2,11 +2,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from app.api.json_route import JSONRoute
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.api.schemas import ModelList, ModelObject
+from app.llm.remote.transport import public_url
 
-router = APIRouter(tags=["models"])
+router = APIRouter(route_class=JSONRoute, tags=["models"])
 
 
 def _model_object(rt, name: str) -> dict:
@@ -18,7 +20,8 @@ def _model_object(rt, name: str) -> dict:
         "owned_by": "dpicl",
         "kind": m.spec.kind,
         "backend": m.spec.backend,
-        "source": m.spec.source,
+        # public: a remote model's URL without its credentials (app.llm.remote.transport.public_url)
+        "source": public_url(m.spec.source),
         "default": name == rt.settings.default_lm,
         "capabilities": m.capabilities().to_dict(),
     }

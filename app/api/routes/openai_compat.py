@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field, field_validator
 
+from app.api.json_route import JSONRoute
 from app.jsonbody import JSONBody
 
 from app.answers import classify as answers_classify, generate as answers_generate
@@ -30,7 +31,7 @@ from app.api.deps import RuntimeDep
 from app.api.errors import APIError
 from app.api.schemas import AdjacencyName, ChatCompletion, ChatMechanism
 
-router = APIRouter(tags=["openai-compatible"])
+router = APIRouter(route_class=JSONRoute, tags=["openai-compatible"])
 
 
 # "Not blank": one character that is not whitespace, in a pattern both Python's re and the Rust

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
+from app.api.json_route import JSONRoute
 from app.api.auth import SCOPES, require
 from app.api.errors import APIError
 from app.api.schemas import PrivacyCalibration, PrivacyConversion, PrivacyEmpirical
@@ -17,7 +18,7 @@ from app.privacy.errors import PrivacyInputError
 from app.privacy.schemas import CalibrateRequest, ConvertRequest, EmpiricalRequest
 
 # Pure computation on public numbers, but CPU a caller could spend: a key (any API scope) once keyed.
-router = APIRouter(prefix="/v1/privacy", tags=["privacy"], dependencies=[Depends(require(*SCOPES))])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/privacy", tags=["privacy"], dependencies=[Depends(require(*SCOPES))])
 
 def _call(fn: Callable[..., dict[str, Any]], body: BaseModel) -> dict[str, Any]:
     try:

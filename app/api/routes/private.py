@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Request
 from pydantic import ConfigDict, Field
 
+from app.api.json_route import JSONRoute
 from app.jsonbody import JSONBody
 
 from app.answers.classify import classify as classify_answer
@@ -15,7 +16,7 @@ from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.schemas import AdjacencyName, ClassificationAnswer, ClassifyMechanism, MechanismList
 
-router = APIRouter(prefix="/v1/private", tags=["private inference"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/private", tags=["private inference"])
 
 
 class ClassifyRequest(JSONBody):

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Request
 from pydantic import ConfigDict, Field, model_validator
 
+from app.api.json_route import JSONRoute
 from app.api.auth import Principal, require
 from app.api.deps import RuntimeDep
 from app.api.errors import APIError
@@ -16,7 +17,7 @@ from app.api.answer_http import QUERY_MAX_CHARS, IncludeQuery, client_gone, resp
 from app.api.schemas import AdjacencyName, GenerateMechanism, GenerationAnswer, GenerationMechanismList
 from app.jsonbody import JSONBody
 
-router = APIRouter(prefix="/v1/private", tags=["private inference"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/private", tags=["private inference"])
 
 
 class GenerateRequest(JSONBody):

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ConfigDict, Field
 
+from app.api.json_route import JSONRoute
 from app.api.auth import SCOPES, require
 from app.api.dataset_schemas import BudgetIn, DatasetMeta
 from app.api.dataset_service import store_dataset
@@ -16,16 +17,16 @@ from app.api.deps import RuntimeDep, TenantDep
 from app.api.errors import APIError
 from app.api.schemas import DatasetObject, SampleList
 from app.icl.samples import SAMPLES, load_sample, sample_names
-from app.jsonbody import JSONBody
+from app.jsonbody import JSONBody, VisibleText
 
-router = APIRouter(prefix="/v1/samples", tags=["datasets"])
+router = APIRouter(route_class=JSONRoute, prefix="/v1/samples", tags=["datasets"])
 
 SampleName = Annotated[str, Path(max_length=100, description=f"one of {', '.join(sorted(SAMPLES))}")]
 
 
 class SampleLoad(JSONBody):
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(default=None, min_length=1, max_length=200,
+    name: VisibleText | None = Field(default=None, min_length=1, max_length=200,
                              description="name of the new dataset (default: the sample's name)")
     budget: BudgetIn | None = None
     answer_reuse: bool = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.jobs import secrets
 from app.jsonbody import JSONBody
@@ -36,8 +36,9 @@ class TargetConfig(secrets.TargetCredentials):
                                          "retry, doubled before each next one (at most 8 s, or this if larger)")
     timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="remote: per-request timeout "
                                           "(default 300 s classification, 600 s generation)")
-    votes_with: list[float] | None = Field(default=None, description="simulated: clean votes with the canary")
-    votes_without: list[float] | None = None
+    votes_with: list[float] | None = Field(default=None, max_length=100,
+                                           description="simulated: clean votes with the canary")
+    votes_without: list[float] | None = Field(default=None, max_length=100)
 
     @model_validator(mode="after")
     def _shape(self) -> TargetConfig:
@@ -54,7 +55,7 @@ class DatasetConfig(JSONBody):
     bundled: str | None = Field(default=None, description="a bundled task (default: the first bundled one)")
     size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
     exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
-    labels: list[str] | None = None
+    labels: list[str] | None = Field(default=None, max_length=100)  # as a registered set's
     template: dict[str, Any] | None = None
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
 
@@ -116,6 +117,23 @@ class CanaryMIAConfig(JSONBody):
     objective: Literal["epsilon", "mu"] = "epsilon"
     threshold_fraction: float = Field(default=0.5, gt=0, lt=1)
     seed: int | None = Field(default=None, ge=0, le=2**53 - 1)
+
+    @field_validator("n_sample")
+    @classmethod
+    def _bootstrap_size(cls, n_sample: int, info: ValidationInfo) -> int:
+        # At submit where the label count is in the config (simulated votes, inline labels); the job checks the
+        # bundled task's (app.jobs.kinds.canary_mia) and the library itself (app.audit.bootstrap).
+        target, dataset = info.data.get("target"), info.data.get("dataset")
+        labels = target.votes_with if target is not None and target.votes_with is not None else \
+            (dataset.labels if dataset is not None else None)
+        if info.data.get("mode") == "bootstrap" and labels:
+            from app.audit.bootstrap import check_bootstrap_size
+
+            try:
+                check_bootstrap_size(n_sample, len(labels))
+            except ValueError as exc:
+                raise ValueError(str(exc).removeprefix("n_sample: ")) from None
+        return n_sample
 
     @model_validator(mode="after")
     def _default_mechanism(self) -> CanaryMIAConfig:

@@ -285,6 +285,13 @@ class CanaryMIAKind(JobKind):
                 vw[attack.positive_index], vw[other] = 1, parts - 1
                 vo[other] = parts
             target = SimulatedVotingTarget(vw, vo, noise)
+        if config.mode == "bootstrap":
+            from app.audit.bootstrap import check_bootstrap_size
+
+            try:
+                check_bootstrap_size(config.n_sample, len(attack.labels))
+            except ValueError as exc:
+                raise JobConfigError(str(exc).removeprefix("n_sample: "), param="config.n_sample") from None
         if config.mode == "sequential":
             from app.audit.target_info import target_partitions
             from app.jobs.kinds import canary_seq

@@ -129,12 +129,15 @@ class EpsilonKind(JobKind):
             ctx.add_artifact("sweep.csv", "text/csv", _columns_csv({meta["xlabel"]: xs, meta["ylabel"]: ys}))
             from app.jobs.plots import line_plot_png
 
-            ctx.add_artifact(
-                "epsilon.png",
-                "image/png",
-                line_plot_png(xs, ys, xlabel=meta["xlabel"], ylabel=meta["ylabel"], title=meta["title"],
-                              hline=meta.get("hline"), marker=meta.get("marker"), logx=meta.get("logx", False)),
-            )
+            try:  # drawing too: a claim of 1e-320 as the line made matplotlib's tick labels fail (the job crashed)
+                png = line_plot_png(xs, ys, xlabel=meta["xlabel"], ylabel=meta["ylabel"], title=meta["title"],
+                                    hline=meta.get("hline"), marker=meta.get("marker"),
+                                    logx=meta.get("logx", False))
+            except Exception as exc:
+                log.warning("epsilon job %s: no plot (%s)", ctx.job_id, type(exc).__name__)
+                result.setdefault("warnings", []).append(f"no plot: {type(exc).__name__}")
+            else:
+                ctx.add_artifact("epsilon.png", "image/png", png)
         ctx.progress(1.0, f"{op}: done")
         return result
 

@@ -28,7 +28,7 @@ from pydantic import ConfigDict, Field
 from app.jobs.context import JobContext
 from app.jobs.errors import JobBudgetError, JobConfigError, JobError, JobLost, JobNotFoundError, JobShutdown, RetryableJobError
 from app.jobs.registry import JobKind, register
-from app.jsonbody import JSONBody
+from app.jsonbody import JSONBody, VisibleText
 
 log = logging.getLogger("dpicl.jobs.synthesize")
 
@@ -52,7 +52,7 @@ class SynthesizeConfig(JSONBody):
                               description="candidates per token: the exemplar-free prompt's top-k (+ EOS); 0 = vocabulary")
     model: str | None = Field(default=None, description="a language model this worker serves (default: the default)")
     seed: int | None = Field(default=None, ge=0, description="noise seed; only when DPICL_ALLOW_SEEDED_NOISE")
-    name: str | None = Field(default=None, min_length=1, max_length=200, description="the new dataset's name")
+    name: VisibleText | None = Field(default=None, min_length=1, max_length=200, description="the new dataset's name")
 
 
 def _dropped_text(dropped: dict[str, int]) -> str:

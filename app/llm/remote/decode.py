@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import CapabilityError
+from ..tenancy import spend_work
 
 
 class DecodeHost(Protocol):
@@ -88,6 +89,7 @@ class RemoteDecodeSession:
         for t in tokens:
             if not 0 <= t < vocab:
                 raise ValueError(f"token id {t} outside the vocabulary [0, {vocab})")
+        spend_work(len(tokens), "a decode step")  # one per live row, as the hf session counts it
         for r, t in zip(self._rows, tokens):
             self._tokens[r].append(t)
         self._check_room()

@@ -37,7 +37,7 @@ class RemoteEmbedder:
         return self.opts.base_url + path[len("/v1"):]
 
     def connect(self) -> RemoteEmbedder:
-        label = f"embedder {self.name!r} (remote backend, {self.opts.base_url})"
+        label = f"embedder {self.name!r} (remote backend, {self.opts.public_url})"
         try:
             listing = self.transport.run(self.transport.request("GET", self._url("/v1/models")))
         except RemoteError as exc:
@@ -99,4 +99,4 @@ class RemoteEmbedder:
         self.transport.close()
 
     def __repr__(self) -> str:
-        return f"RemoteEmbedder(name={self.name!r}, server={self.opts.base_url!r}, model={self.model_id!r})"
+        return f"RemoteEmbedder(name={self.name!r}, server={self.opts.public_url!r}, model={self.model_id!r})"

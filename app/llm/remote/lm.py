@@ -16,7 +16,7 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from ..errors import CapabilityError
-from ..tenancy import _TENANT
+from ..tenancy import _TENANT, spend_work
 from ..types import Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 from .capabilities import _HINTS, RemoteCapabilities
 from .decode import RemoteDecodeSession
@@ -84,6 +84,9 @@ class RemoteLanguageModel:
         self._bos_id: int | None = None
         self.eos_token_ids: frozenset[int] = frozenset(opts.eos_token_ids or ())
         self._max_context = opts.max_context
+        # What one answer's default token budget is derived from (app.answers.flow.answer_token_budget: twice
+        # this), as the hf backend's max_batch_tokens: vLLM's --max-num-batched-tokens, declared (default 8192).
+        self.max_batch_tokens = opts.max_batch_tokens
         self._vocab_size = opts.vocab_size
         self._have: dict[str, bool] = {}
         self._missing: dict[str, str] = {}
@@ -93,7 +96,7 @@ class RemoteLanguageModel:
 
     @property
     def _label(self) -> str:
-        return f"model {self.name!r} (remote backend, {self.opts.base_url})"
+        return f"model {self.name!r} (remote backend, {self.opts.public_url})"
 
     def _url(self, path: str) -> str:
         if path.startswith("/v1/"):
@@ -178,7 +181,7 @@ class RemoteLanguageModel:
             dtype="server",
             prefix_reuse=not self.opts.salt_off,
             decode_session=full and self._has("tokenize"),
-            server=self.opts.base_url,
+            server=self.opts.public_url,
             served_model_name=self.model_id,
             tokenize=self._has("tokenize"),
             prompt_logprobs=self._has("prompt_logprobs"),
@@ -257,6 +260,12 @@ class RemoteLanguageModel:
         rows = [self._bos(r) for r in await self.transport.gather([self._plain_ids(p) for p in prompts])]
         return check_prompt_rows(rows, extra, self._max_context, self._label)
 
+    # An answer's token budget (tenancy.work_scope) counts what each request submits, before any completion
+    # request is sent: the prompt's tokens, tokenized by the server's /tokenize first (cheap next to a
+    # completion), or its characters where the server has no /tokenize; a generation's max_tokens per row; one
+    # token per live row per decode step (the server's prefix cache holds the rest, as the hf KV cache does).
+    # spend_work runs inside the coroutines: run_coroutine_threadsafe carries the caller's context (its scope).
+
     # --------------------------------------------------------------- scoring
 
     async def _next_lp_row(self, ids: list[int], salt: dict[str, Any]) -> np.ndarray:
@@ -294,6 +303,7 @@ class RemoteLanguageModel:
 
         async def go() -> np.ndarray:
             rows = await self._encode_prompts(prompts)
+            spend_work(sum(len(r) for r in rows), f"{len(rows)} prompt rows")
             return await self._next_lp_rows(rows, salt)
 
         return self.transport.run(go())
@@ -358,13 +368,21 @@ class RemoteLanguageModel:
             short = [k for k, c in enumerate(conts) if len(c) == 1]
             long_ = [k for k, c in enumerate(conts) if len(c) > 1]
             jobs: list[Awaitable[None]] = []
+            next_token = labels or full  # a next-token route exists
+            # Multi-token continuations: one prompt_logprobs pass per pair where the server has it.
+            via_plp = (long_ if plp else []) + ([] if next_token else short)
+            via_prefix = [k for k in short + long_ if k not in via_plp]
+            # Teacher forcing through next-token requests: one request per distinct prefix (of every prompt).
+            need: dict[tuple[int, ...], set[int]] = {}
+            for k in via_prefix:
+                for j, t in enumerate(conts[k]):
+                    need.setdefault(tuple(conts[k][:j]), set()).add(t)
+            per_prefix = {p: -(-len(ts) // MAX_LOGPROB_TOKEN_IDS) if labels else 1 for p, ts in need.items()}
+            spend_work(sum(len(r) + len(conts[k]) for r in prows for k in via_plp)
+                       + sum((len(r) + len(p)) * n for r in prows for p, n in per_prefix.items()),
+                       f"scoring {len(prows)} prompts x {len(conts)} continuations")
 
             async def by_prefix(b: int, ks: list[int]) -> None:
-                # Teacher forcing through next-token requests: one request per distinct prefix.
-                need: dict[tuple[int, ...], set[int]] = {}
-                for k in ks:
-                    for j, t in enumerate(conts[k]):
-                        need.setdefault(tuple(conts[k][:j]), set()).add(t)
                 scores: dict[tuple[int, ...], dict[int, float]] = {}
 
                 async def one(prefix: tuple[int, ...]) -> None:
@@ -388,10 +406,6 @@ class RemoteLanguageModel:
                 ids = prows[b] + conts[k]
                 out[b, k] = float(sum(await self._prompt_token_logprobs(ids, len(prows[b]), salt)))
 
-            next_token = labels or full  # a next-token route exists
-            # Multi-token continuations: one prompt_logprobs pass per pair where the server has it.
-            via_plp = (long_ if plp else []) + ([] if next_token else short)
-            via_prefix = [k for k in short + long_ if k not in via_plp]
             for b in range(len(prows)):
                 jobs.extend(by_prompt_logprobs(b, k) for k in via_plp)
                 if via_prefix:
@@ -426,13 +440,11 @@ class RemoteLanguageModel:
         idempotent = temperature == 0.0 or seed is not None
 
         async def one(i: int, ids: list[int] | str) -> Generation:
-            if max_new_tokens == 0:
-                return Generation("", [], "length")
-            room = (self._max_context - len(ids)) if (self._max_context and tokenized) else max_new_tokens
-            if room < 1:
+            n = room(ids)
+            if n < 1:
                 return Generation("", [], "length")
             extra: dict[str, Any] = {
-                "max_tokens": min(max_new_tokens, room),
+                "max_tokens": n,
                 "temperature": float(temperature),
                 "top_p": float(top_p),
             }
@@ -450,12 +462,17 @@ class RemoteLanguageModel:
             finish: Literal["stop", "length"] = "stop" if choice.get("finish_reason") == "stop" else "length"
             return Generation(str(choice.get("text") or ""), tokens, finish)
 
+        def room(ids: list[int] | str) -> int:
+            left = (self._max_context - len(ids)) if (self._max_context and tokenized) else max_new_tokens
+            return 0 if max_new_tokens == 0 or left < 1 else min(max_new_tokens, left)
+
         async def go() -> list[Generation]:
             rows: Sequence[list[int] | str]
             if tokenized:
                 rows = await self._encode_prompts(prompts)
             else:
-                rows = list(prompts)
+                rows = list(prompts)  # no /tokenize: a prompt's characters stand for its tokens
+            spend_work(sum(len(r) + room(r) for r in rows if room(r)), f"generating for {len(rows)} prompts")
             return await self.transport.gather([one(i, r) for i, r in enumerate(rows)])
 
         if not prompts:
@@ -478,6 +495,7 @@ class RemoteLanguageModel:
             rows = self.transport.run(self._encode_prompts(prompts))  # type: ignore[arg-type]
         if not rows:
             raise CapabilityError("start_decode needs at least one prompt")
+        spend_work(sum(len(r) for r in rows), f"decoding {len(rows)} prompts")
         return RemoteDecodeSession(self, rows)
 
     def clear_prefix_cache(self) -> None:
@@ -487,4 +505,4 @@ class RemoteLanguageModel:
         self.transport.close()
 
     def __repr__(self) -> str:
-        return f"RemoteLanguageModel(name={self.name!r}, server={self.opts.base_url!r}, model={self.model_id!r})"
+        return f"RemoteLanguageModel(name={self.name!r}, server={self.opts.public_url!r}, model={self.model_id!r})"

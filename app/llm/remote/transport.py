@@ -65,6 +65,20 @@ _CAPABILITY_NAMES = (
 )
 
 
+def public_url(url: str | None) -> str | None:
+    """A URL without its credentials (``user:password@``), query or fragment: what an error, a log line or the
+    public GET /v1/models may show of a model server's address (its host stays). Not a URL: unchanged."""
+    if not url or "://" not in url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+
 @dataclass(frozen=True)
 class RemoteOptions:
     """``ModelSpec.options`` of a remote model (all optional but the URL).
@@ -84,6 +98,8 @@ class RemoteOptions:
     max_context, vocab_size, eos_token_ids   declared facts (discovered where the server tells)
     startup_timeout     seconds to wait at load for a server that is still starting (default 0)
     embed_batch_size    texts per /v1/embeddings request (default 64)
+    max_batch_tokens    the server's tokens per batch (vLLM's --max-num-batched-tokens; default 8192): one
+                        private answer may run twice this (DPICL_MAX_ANSWER_TOKENS overrides; docs/security.md)
     """
 
     base_url: str
@@ -104,6 +120,12 @@ class RemoteOptions:
     eos_token_ids: tuple[int, ...] | None = None
     startup_timeout: float = 0.0
     embed_batch_size: int = 64
+    max_batch_tokens: int = 8192
+
+    @property
+    def public_url(self) -> str:
+        """``base_url`` without the credentials a URL may carry (``user:password@``), for messages and logs."""
+        return public_url(self.base_url) or ""
 
     @property
     def root_url(self) -> str:
@@ -120,6 +142,7 @@ class RemoteOptions:
             "base_url", "served_model_name", "api_key", "api_key_env", "max_concurrency", "timeout",
             "connect_timeout", "max_retries", "backoff", "backoff_max", "cache_salt", "discover",
             "capabilities", "max_context", "vocab_size", "eos_token_ids", "startup_timeout", "embed_batch_size",
+            "max_batch_tokens",
         }
         unknown = sorted(set(opts) - known)
         if unknown:
@@ -200,6 +223,7 @@ class RemoteOptions:
             eos_token_ids=eos,
             startup_timeout=num("startup_timeout", 0.0, lo=0.0),
             embed_batch_size=num("embed_batch_size", 64, int, lo=1),
+            max_batch_tokens=num("max_batch_tokens", 8192, int, lo=1),
         )
 
 
