@@ -187,7 +187,7 @@ class MetricsMiddleware:
                     time.perf_counter() - t0)
 
 
-router = APIRouter(route_class=JSONRoute, )
+router = APIRouter(route_class=JSONRoute)
 
 
 # Cross-tenant totals: a key with the metrics scope (or admin) once keyed; docs/security.md has a
