@@ -235,6 +235,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     seen = {True: 0, False: 0}
     history: list[dict[str, float]] = []
     verdict, reason, decided_by = "inconclusive", "", ""
+    refuted_at, stopped_futile = 0, False
     while trials + 2 <= cap:
         for _ in range(min(batch_pairs, (cap - trials) // 2)):
             rel: dict[bool, float] = {}
@@ -272,6 +273,14 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
                       f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
+        if check is not None and check.refuted and noise is None:
+            # no black-box pass can follow a refuted design model: go on for a violation only while its
+            # e-value says one may come (>= 1), once the audit has drawn as many pairs again as when it was
+            # refuted and at least min_pairs more; any stopping time keeps the violation test's level (Ville)
+            refuted_at = refuted_at or pairs
+            if pairs >= refuted_at + max(refuted_at, min_pairs) and ev < 1.0:
+                stopped_futile = True
+                break
         if not (alts and all(v >= pass_at for v in ea.values())):
             continue
         halves = {"white-box" if noise is not None and noise.covers(a.name) and noise.e_alternative(a.name) >= a.e
@@ -295,8 +304,11 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     ea = e_alts()
     if verdict == "inconclusive":
         open_ = [n for n in alternatives if ea.get(n, 0.0) < pass_at]
-        reason = (f"cap of {cap} trials reached: e-value against the claim {e_violation():.3g} < "
-                  f"{threshold:g}, and "
+        reason = ((f"stopped after {trials} trials, no pass possible: the design model was refuted after "
+                   f"{refuted_at} pairs and the e-value against the claim stayed below 1 ({e_violation():.3g}) "
+                   f"for {pairs - refuted_at} more, so no violation was coming either; " if stopped_futile else
+                   f"cap of {cap} trials reached: ")
+                  + f"e-value against the claim {e_violation():.3g} < {threshold:g}, and "
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
                   + f" not rejected (at {pass_at:g}): not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
     if check is not None and check.refuted:

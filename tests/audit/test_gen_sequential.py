@@ -248,3 +248,17 @@ def test_no_black_box_pass_for_a_target_the_design_model_does_not_describe():
     res = _audits(FixedRates(0.75, 0.75), d, runs=200)
     assert sum(r.verdict == "pass" for r in res) == 0
     assert sum(any("design model refuted" in n for n in r.notes) for r in res) >= 190
+
+
+def test_a_refuted_design_model_without_a_coming_violation_stops_early():
+    """esa at a tenth of its noise, black-box, 4 partitions: the design-model check refutes it (its law is
+    not the claim's), so no pass can follow, and one vote of 4 gives the violation bets little to see: it
+    ran to the cap of 2000 trials in 100 of 100 audits. It now stops, inconclusive, once it has drawn as
+    many pairs again as when refuted (and min_pairs more) with the violation e-value below 1 -- an
+    optional stop, so the violation test keeps its level; a correct target's verdicts are unchanged."""
+    d = _design("esa")
+    res = _audits(DesignModelTarget(d, "noise_tenth"), d, cap=2000, runs=100)
+    assert all(r.verdict == "inconclusive" and r.trials < 400 for r in res), verdict_counts(res)
+    assert all("no pass possible: the design model was refuted" in r.reason for r in res)
+    ok = _audits(DesignModelTarget(d), d, cap=2000, runs=100)
+    assert verdict_counts(ok).get("pass", 0) >= 90 and not verdict_counts(ok).get("violation")
