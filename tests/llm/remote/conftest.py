@@ -35,6 +35,15 @@ def load_remote_lm(name: str = "smollm2-vllm", **options):
     return load_model(remote_spec(name, **options), cache_dir="/unused")
 
 
+@pytest.fixture
+def server():
+    """A fake vLLM server on loopback (``fake_server.FakeVLLM``), for the tests that need no real one."""
+    from .fake_server import FakeVLLM
+
+    with FakeVLLM() as srv:
+        yield srv
+
+
 @pytest.fixture(scope="session")
 def remote_lm():
     if not VLLM_URL:

@@ -34,12 +34,6 @@ def remote(url: str, kind: str = "lm", **options):
 
 
 @pytest.fixture
-def server():
-    with FakeVLLM() as srv:
-        yield srv
-
-
-@pytest.fixture
 def toy(server):
     lm = remote(server.url)
     yield lm

@@ -13,14 +13,7 @@ import pytest
 from app.llm.errors import WorkTooLarge
 from app.llm.tenancy import _WORK, work_scope
 
-from .fake_server import FakeVLLM
 from .test_client import remote
-
-
-@pytest.fixture
-def server():
-    with FakeVLLM() as srv:
-        yield srv
 
 
 @pytest.fixture
