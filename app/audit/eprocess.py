@@ -108,6 +108,15 @@ def toward(claimed: float, m: float) -> int:
     return 0 if abs(claimed - m) <= 1e-12 else (1 if claimed > m else -1)
 
 
+def dp_release_bound(out: float, epsilon: float, delta: float) -> float:
+    """The largest P(event | in) that (epsilon, delta)-DP allows beside P(event | out) = out, both ways
+    round: P(in) <= e^eps out + delta and 1 - out <= e^eps (1 - P(in)) + delta."""
+    if epsilon > 50:
+        return 1.0
+    e = math.exp(epsilon)
+    return min(1.0, e * out + delta, 1.0 - (1.0 - out - delta) / e)
+
+
 def max_pair_accuracy(epsilon: float, delta: float) -> float:
     """(e^eps + delta) / (1 + e^eps): the most a fixed guess can be right on a balanced pair under
     (epsilon, delta)-DP (the symmetric point of TPR <= e^eps FPR + delta, 1 - FPR <= e^eps (1 - TPR) + delta)."""

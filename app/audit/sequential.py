@@ -49,7 +49,6 @@ supermartingale on the joint filtration). Its violation processes weigh ``PROBE_
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -57,7 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import BettingEProcess, NoiseEvidence, PlugInMix, max_both_right, max_pair_accuracy, toward
+from app.audit.eprocess import (BettingEProcess, NoiseEvidence, PlugInMix, dp_release_bound, max_both_right,
+                                max_pair_accuracy, toward)
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
@@ -429,15 +429,6 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
                             {s.arm.name: s.summary() for s in arms}, history[-200:], notes, rejected)
 
 
-
-
-def dp_release_bound(out: float, epsilon: float, delta: float) -> float:
-    """The largest P(event | in) that (epsilon, delta)-DP allows beside P(event | out) = out, both ways
-    round: P(in) <= e^eps out + delta and 1 - out <= e^eps (1 - P(in)) + delta."""
-    if epsilon > 50:
-        return 1.0
-    e = math.exp(epsilon)
-    return min(1.0, e * out + delta, 1.0 - (1.0 - out - delta) / e)
 
 
 def pass_threshold(alpha: float, min_detection: float) -> float:

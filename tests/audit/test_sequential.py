@@ -195,6 +195,19 @@ def test_max_pair_accuracy_matches_the_two_constraints():
         assert a == pytest.approx(math.exp(eps) * (1 - a) + delta)  # on the boundary of 1 - FPR <= e^eps (1 - TPR) + delta
 
 
+def test_dp_release_bound_is_the_largest_p_in_both_constraints_allow():
+    """Against a brute-force grid of P(in) (step 1e-5): the largest value with P(in) <= e^eps out + delta
+    and 1 - out <= e^eps (1 - P(in)) + delta, at 0, 1 and in between; huge epsilon gives 1."""
+    from app.audit.eprocess import dp_release_bound
+
+    grid = np.linspace(0.0, 1.0, 100_001)
+    for eps, delta in [(0.5, 0.0), (1.0, 1e-5), (2.0, 1e-5), (3.0, 0.01)]:
+        for out in (0.0, 0.1, 0.2514, 0.5, 0.9, 1.0):
+            ok = grid[(grid <= math.exp(eps) * out + delta) & (1 - out <= math.exp(eps) * (1 - grid) + delta + 1e-12)]
+            assert dp_release_bound(out, eps, delta) == pytest.approx(ok.max(), abs=1e-5), (eps, delta, out)
+    assert dp_release_bound(0.0, 1e308, 0.0) == 1.0
+
+
 def test_max_both_right_is_the_maximum_over_the_dp_constraints():
     """p x a over a fine grid of (TPR, 1 - FPR) meeting both (epsilon, delta) constraints never
     exceeds p0^2, and the grid comes within its resolution of it."""
@@ -451,7 +464,7 @@ def test_a_target_at_the_leak_bound_passes_at_most_at_the_level():
     stay quiet, and a pass needs the leak process to cross, which (rejected the first time, sticky) it
     does with probability <= 1 - min_detection (the pass level) over 600 audits up to 200 trials (+ 3 binomial sd)."""
     from app.audit.power import claimed_noise, design_votes, release_probability
-    from app.audit.sequential import dp_release_bound
+    from app.audit.eprocess import dp_release_bound
 
     alpha, runs, t, eps = 0.05, 600, 5, 1.0
     noise = rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 1}, 8)
