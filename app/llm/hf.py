@@ -13,6 +13,8 @@ Conventions (see docs/models.md):
   prompt ending in "Answer:". Prompts should not end in a space when labels
   carry the leading space. The score is the exact teacher-forced sum
   ``sum_j log p(c_j | prompt, c_<j)``; an empty continuation scores 0.
+  ``relative_continuation_logprobs``: the same up to a constant per prompt (single-token labels: their
+  rows of the LM head only, passes.py), for callers that renormalise over the labels.
 * **Batching and padding.** A batch's longest common token prefix is computed
   once (or taken from the LRU of prefix caches) and shared; suffixes are right
   padded after it, with explicit position ids and masks (see ``kv.py``), so
