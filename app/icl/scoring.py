@@ -23,7 +23,12 @@ divides out the label bias that the demonstrations (majority label, recency)
 and the model's priors put on every query.
 
 All prompts of a call (queries and their content-free twins, deduplicated) go
-to the model in one batched ``continuation_logprobs`` call.
+to the model in one batched ``continuation_logprobs`` call; or, when the model's class has it,
+``relative_continuation_logprobs``: the same up to an additive constant per prompt, which the
+renormalisation cancels (the ``hf`` backend then reads only the labels' rows of the LM head for
+single-token labels: app/llm/passes.py). A delegating wrapper that overrides only
+``continuation_logprobs`` (and forwards the rest by ``__getattr__``) keeps seeing every call: the
+method is looked up on the class, not the instance.
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ class LabelScores:
     ``probs``: the released distributions (B, K), calibrated when asked;
     ``uncalibrated``: the renormalised distributions before calibration;
     ``content_free``: the averaged content-free distributions ``p_cf`` (B, K), or None;
-    ``logprobs``: raw continuation log-probabilities (B, K) (not renormalised);
+    ``logprobs``: the model's continuation scores (B, K), not renormalised: log-probabilities up to an
+    additive constant per row (exact log-probabilities from a model without
+    ``relative_continuation_logprobs``); only differences within a row mean anything;
     ``prompts``: the rendered prompt strings (B).
     """
 
@@ -163,11 +170,14 @@ def score_labels(
     unique: dict[str, int] = {}
     for s in rendered + [s for row in cf_rendered for s in row]:
         unique.setdefault(s, len(unique))
-    lp_all = np.asarray(lm.continuation_logprobs(list(unique), tpl.continuations(labs)), dtype=np.float64)
+    method = "relative_continuation_logprobs"
+    if getattr(type(lm), method, None) is None:  # the class, not a wrapper's __getattr__ (module doc)
+        method = "continuation_logprobs"
+    lp_all = np.asarray(getattr(lm, method)(list(unique), tpl.continuations(labs)), dtype=np.float64)
     if lp_all.shape != (len(unique), k):
-        raise RuntimeError(f"continuation_logprobs returned shape {lp_all.shape}, expected {(len(unique), k)}")
+        raise RuntimeError(f"{method} returned shape {lp_all.shape}, expected {(len(unique), k)}")
     if not np.all(np.isfinite(lp_all)):
-        raise RuntimeError("continuation_logprobs returned non-finite values")
+        raise RuntimeError(f"{method} returned non-finite values")
     p_all = renormalize(lp_all)
 
     idx = np.array([unique[s] for s in rendered])

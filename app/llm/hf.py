@@ -13,6 +13,8 @@ Conventions (see docs/models.md):
   prompt ending in "Answer:". Prompts should not end in a space when labels
   carry the leading space. The score is the exact teacher-forced sum
   ``sum_j log p(c_j | prompt, c_<j)``; an empty continuation scores 0.
+  ``relative_continuation_logprobs``: the same up to a constant per prompt (single-token labels: their
+  rows of the LM head only, passes.py), for callers that renormalise over the labels.
 * **Batching and padding.** A batch's longest common token prefix is computed
   once (or taken from the LRU of prefix caches) and shared; suffixes are right
   padded after it, with explicit position ids and masks (see ``kv.py``), so
@@ -279,11 +281,7 @@ class HFLanguageModel:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary logits in float32 (float64 for a float64 model) for hidden states (..., H)."""
         with torch.inference_mode():
-            logits = self._lm_head(hidden)
-            logits = logits if logits.dtype == torch.float64 else logits.float()
-            if self._softcap:
-                logits = torch.tanh(logits / self._softcap) * self._softcap
-        return logits
+            return passes.finish_logits(self._lm_head(hidden), self._softcap)
 
     def _prefix_kv(self, tokens: Sequence[int]) -> PrefixKV | None:
         """Keys/values for ``tokens`` (batch 1), from the LRU where possible. Call under ``_lock``."""
@@ -353,6 +351,8 @@ class HFLanguageModel:
         assert isinstance(key, tuple)
         if key[0] == "next":
             return self._next_token_rows(rows)
+        if key[0] == "label":  # single-token labels: their LM head rows only (passes.py, "Label rows")
+            return passes.next_token_rows(self, rows, [c[0] for c in key[1]], relative=True)
         return self._continuation_rows(rows, [list(c) for c in key[1]])
 
     def _next_token_rows(self, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
@@ -365,6 +365,16 @@ class HFLanguageModel:
         When every continuation is one token (single-token labels) this is ``log p(c_k | prompt_b)``;
         with ``single_token_fast_path`` one next-token pass per prompt then gives all K.
         """
+        return self._submit_continuations(prompts, continuations, relative=False)
+
+    def relative_continuation_logprobs(self, prompts: Sequence[str], continuations: Sequence[str]) -> np.ndarray:
+        """(B, K) float64: :meth:`continuation_logprobs` up to an additive constant per prompt, for callers
+        that renormalise over the K (``app.icl.score_labels``). Single-token continuations on the fast path:
+        their logits, from K rows of the LM head (passes.py, "Label rows"); others: continuation_logprobs."""
+        return self._submit_continuations(prompts, continuations, relative=True)
+
+    def _submit_continuations(self, prompts: Sequence[str], continuations: Sequence[str], *,
+                              relative: bool) -> np.ndarray:
         if isinstance(continuations, str):
             raise TypeError("continuations must be a sequence of strings, not one string")
         if isinstance(prompts, str):
@@ -376,7 +386,9 @@ class HFLanguageModel:
         prows = self._encode_prompts(prompts, extra=longest_cont, encoded=both[k_count:])
         if len(prows) == 0 or k_count == 0 or longest_cont == 0:
             return np.zeros((len(prows), k_count), dtype=np.float64)
-        return self.scheduler.submit(("cont", tuple(tuple(c) for c in conts)), prows)
+        single = self.single_token_fast_path and all(len(c) == 1 for c in conts)
+        return self.scheduler.submit(("label" if relative and single else "cont", tuple(tuple(c) for c in conts)),
+                                     prows)
 
     def _continuation_rows(self, prows: list[list[int]], conts: list[list[int]]) -> np.ndarray:
         """(B, K) float64 continuation scores for prompt token rows (see :meth:`continuation_logprobs`):

@@ -21,6 +21,14 @@ teacher-forced ``sum_j log p(c_kj | prompt, c_k<j)``; they differ only in float 
 
 The HF model's options pick them: ``single_token_fast_path`` (default True) and
 ``one_pass_scoring`` (default True).
+
+**Label rows** (``relative_continuation_logprobs``, what ``app.icl.score_labels`` calls since issue 27):
+single-token labels on the fast path read only the K label rows of the LM head, ``h @ W[labels]^T``
+(plus the head's bias and the model's logit softcap, exactly as ``_logits`` applies them): the
+log-probabilities less the row's full-vocabulary logsumexp, which cancels when they are renormalised
+over the labels. No full-vocabulary logits, no log-softmax (49152 x 64 and 49152 x 576 for the tiny and
+SmolLM2 heads). A CUDA-graph bucket captures the decoder only (cuda_graphs.py) and the head runs after
+it eagerly, so graph replays read the label rows too. Multi-token labels: :meth:`continuation_logprobs`.
 """
 
 from __future__ import annotations
@@ -61,6 +69,26 @@ def attention_mask_4d(kv_mask: torch.Tensor, seg: torch.Tensor, impl: str, dtype
     if impl == "eager":
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
     return mask
+
+
+def finish_logits(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """The LM head's output as the scoring code reads it: float32 (float64 for a float64 model), then the
+    model's final logit softcap ``tanh(x / c) * c`` when it has one (Gemma 2)."""
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
+
+
+def label_logits(lm: Any, hidden: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """(..., K) the logits of ``token_ids`` only, for hidden states (..., H): ``lm._logits(hidden)[...,
+    token_ids]`` up to float rounding, computing K rows of the LM head instead of the vocabulary's."""
+    head = lm._lm_head
+    bias = getattr(head, "bias", None)
+    with torch.inference_mode():
+        logits = torch.nn.functional.linear(hidden, head.weight.index_select(0, token_ids),
+                                            None if bias is None else bias.index_select(0, token_ids))
+        return finish_logits(logits, lm._softcap)
 
 
 def _gather_scores(lm: Any, hidden: torch.Tensor, row_idx: list[int], pos_idx: list[int], targets: list[int],
@@ -121,8 +149,11 @@ def graph_chunks(lm: Any, lengths: Sequence[int]) -> list[list[int]] | None:
     return chunks
 
 
-def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> np.ndarray:
-    """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) float64 for those tokens."""
+def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None, *,
+                    relative: bool = False) -> np.ndarray:
+    """log p(next token | row) for token rows: (B, V) float32, or (B, len(token_ids)) float64 for those tokens;
+    ``relative``: those tokens' logits (:func:`label_logits`), log p less each row's logsumexp."""
+    assert token_ids is not None or not relative
     width = lm.vocab_size if token_ids is None else len(token_ids)
     out = np.empty((len(rows), width), dtype=np.float32 if token_ids is None else np.float64)
     if not rows:
@@ -143,8 +174,12 @@ def next_token_rows(lm: Any, rows: Sequence[Sequence[int]], token_ids: Sequence[
             hidden = lm._forward(kv, suffixes, keep_cache=not graph)
             assert hidden is not None  # every row has a token
             h = hidden[torch.arange(len(chunk), device=lm.device), last]
-            lp = torch.log_softmax(lm._logits(h), dim=-1)
-            out[chunk] = (lp if picked is None else lp[:, picked].double()).cpu().numpy()
+            if relative:
+                assert picked is not None
+                out[chunk] = label_logits(lm, h, picked).double().cpu().numpy()
+            else:
+                lp = torch.log_softmax(lm._logits(h), dim=-1)
+                out[chunk] = (lp if picked is None else lp[:, picked].double()).cpu().numpy()
             lm.stats.reused_tokens += p * len(chunk)
             if len(rows) == 1 and not graph:
                 lm._remember(kv, rows[0])

@@ -12,7 +12,7 @@ from app.icl.scoring import (
     score_labels,
 )
 from app.icl.templates import ASSISTANT_INTENTS, ICLINF_AGNEWS
-from tests.icl.fakes import FakeLM
+from tests.icl.fakes import FakeLM, _unit
 
 LABELS = ("World", "Sports", "Business", "Technology")
 EX = [("Stocks rally", "Business"), ("Cup final tonight", "Sports"), ("New phone chip", "Technology"),
@@ -31,6 +31,51 @@ def test_rows_sum_to_one_and_match_renormalised_logprobs():
     np.testing.assert_allclose(sc.logprobs, expect)
     np.testing.assert_allclose(sc.probs, np.exp(expect) / np.exp(expect).sum(1, keepdims=True), rtol=1e-12)
     assert sc.content_free is None and np.array_equal(sc.probs, sc.uncalibrated)
+
+
+class RelativeFakeLM(FakeLM):
+    """FakeLM with ``relative_continuation_logprobs``: its log-probs plus a per-prompt constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relative_calls = 0
+
+    def relative_continuation_logprobs(self, prompts, continuations):
+        self.relative_calls += 1
+        lp = FakeLM().continuation_logprobs(prompts, continuations)
+        return lp + np.array([[37.0 * _unit(p)] for p in prompts])
+
+
+class Delegating:
+    """A wrapper that overrides continuation_logprobs only and forwards the rest (tests/mechanisms' CountingLM)."""
+
+    def __init__(self, lm) -> None:
+        self._lm = lm
+        self.calls = 0
+
+    def continuation_logprobs(self, prompts, continuations):
+        self.calls += 1
+        return self._lm.continuation_logprobs(prompts, continuations)
+
+    def __getattr__(self, name):
+        return getattr(self._lm, name)
+
+
+def test_relative_scores_when_the_model_has_them_same_distributions():
+    prompts = [ICLPrompt.of(EX[:2], "q1"), ICLPrompt.of(EX[2:], "q2")]
+    want = score_labels(FakeLM(), prompts, LABELS, template=ICLINF_AGNEWS, calibrate=True)
+    lm = RelativeFakeLM()
+    got = score_labels(lm, prompts, LABELS, template=ICLINF_AGNEWS, calibrate=True)
+    assert lm.relative_calls == 1 and lm.calls == []
+    for name in ("probs", "uncalibrated", "content_free"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=0, atol=1e-12)
+    shift = got.logprobs - want.logprobs  # log-probs up to a constant per row
+    assert np.ptp(shift, axis=1).max() < 1e-9 and np.abs(shift).min() > 1e-3
+    # a delegating wrapper that knows only continuation_logprobs keeps seeing every call
+    wrapped = Delegating(RelativeFakeLM())
+    again = score_labels(wrapped, prompts, LABELS, template=ICLINF_AGNEWS, calibrate=True)
+    assert wrapped.calls == 1 and wrapped._lm.relative_calls == 0
+    np.testing.assert_allclose(again.logprobs, want.logprobs, rtol=0, atol=0)
 
 
 def test_renormalize_is_stable_for_very_negative_logprobs():

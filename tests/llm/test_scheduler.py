@@ -108,6 +108,31 @@ def test_concurrent_continuation_scores_equal_single_calls(lm, header_prompts, b
     np.testing.assert_allclose(got[-1][0, 0], singles[1][0], rtol=0, atol=2e-4)
 
 
+def test_concurrent_label_row_scores_merge_and_equal_single_calls(lm, header_prompts, batches):
+    """relative_continuation_logprobs (single-token labels: the "label" key) merges like the "cont"
+    calls: one batch of every queued call, the same numbers as alone; a continuation_logprobs call of the
+    same labels runs in a batch of its own (full log-probabilities)."""
+    with prefix_reuse(lm, False):
+        singles = [lm.relative_continuation_logprobs([p], LABELS)[0] for p in header_prompts]
+        full = lm.continuation_logprobs([header_prompts[2]], LABELS)[0]
+    keys: list = []
+    run = lm.scheduler._run
+    lm.scheduler._run = lambda key, rows: (keys.append((key[0], len(rows))), run(key, rows))[1]
+    try:
+        batches.clear()
+        calls = [lambda p=p: lm.relative_continuation_logprobs([p], LABELS) for p in header_prompts * 2]
+        calls.append(lambda: lm.continuation_logprobs([header_prompts[2]], LABELS))
+        got = _queued_while_locked(lm, calls, batches)
+    finally:
+        lm.scheduler._run = run
+    assert sum(n for k, n in keys if k == "label") == 8 and ("cont", 1) in keys
+    assert max(n for k, n in keys if k == "label") >= 4  # merged: the first batch, then the rest
+    for i in range(len(calls) - 1):
+        np.testing.assert_allclose(got[i][0], singles[i % 4], rtol=0, atol=2e-4)
+    np.testing.assert_allclose(got[-1][0], full, rtol=0, atol=2e-4)
+    assert np.all(full < 0) and not np.allclose(singles[2], full, atol=1.0)  # log-probs vs logits
+
+
 def test_tenants_never_share_a_batch(lm, header_prompts, batches):
     def call(tenant, p):
         def fn():
