@@ -138,9 +138,9 @@ def submit(
             max_queued=settings.job_max_queued_per_tenant,
         )
         if created:
-            resource = job_resource(job, [])
+            resource = job_resource(job, [], settings)
         else:
-            resource = load_resource(s, job.id, tenant_id, job_slots(runtime))
+            resource = load_resource(s, job.id, tenant_id, job_slots(runtime), settings)
     return Submitted(resource=resource, created=created, job_id=job.id)
 
 
@@ -149,7 +149,7 @@ def cancel(runtime: Runtime, job_id: str, tenant_id: str = DEFAULT_TENANT) -> di
         job = repo.request_cancel(s, job_id, tenant_id)
         if job is None:
             return None
-        return load_resource(s, job_id, tenant_id, job_slots(runtime))
+        return load_resource(s, job_id, tenant_id, job_slots(runtime), runtime.settings)
 
 
 def job_slots(runtime: Runtime) -> int | None:
