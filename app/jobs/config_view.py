@@ -126,3 +126,11 @@ def has_summary(config: Any) -> bool:
     if isinstance(config, list):
         return any(has_summary(v) for v in config)
     return False
+
+
+def summarised_field(kind: str, config: Any) -> str | None:
+    """The first text field of ``config`` that holds a summary instead of its text (a public config sent back,
+    e.g. the /ui re-run form unchanged): submit refuses it naming the field."""
+    if not isinstance(config, dict):
+        return None
+    return next((p for p in TEXT_FIELDS.get(kind, ()) if is_summary(_get(config, p))), None)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from app.jobs import egress, registry, secrets
+from app.jobs import config_view, egress, registry, secrets
 from app.jobs import repository as repo
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.resource import job_resource, load_resource
@@ -107,6 +107,10 @@ def submit(
     """Validate and insert a queued job (blocking: call it from a thread). Raises UnknownKind,
     ConfigInvalid, JobConfigError, repo.IdempotencyConflict, repo.QueueFull."""
     settings = runtime.settings
+    summarised = config_view.summarised_field(kind_name, config)
+    if summarised is not None:
+        raise JobConfigError("holds the summary of an inline text ({\"omitted\": \"inline text\", ...}), not the "
+                             "text: responses never carry inline texts, put the text back", param=f"config.{summarised}")
     kind, model = validate_config(settings, kind_name, config)
     kind.admit(runtime, tenant_id, model)
     if webhook_url and not settings.webhook_secret:

@@ -86,6 +86,9 @@ def test_job_inline_exemplars_never_leave_the_server(keyed_server, ui, caplog, t
     assert all("config" not in j for j in json.loads(seen[2][1])["data"])  # the list carries no config
     assert json.loads(out.stdout)["config"]["dataset"]["exemplars"]["omitted"] == "inline text"
     assert "put the texts back" in rerun
+    with api(keyed_server, "A") as c:  # the public view sent back is refused naming the field, never run
+        back = c.post("/v1/audits", json={"kind": "canary_mia", "config": json.loads(seen[1][1])["config"]})
+        assert back.status_code == 422 and back.json()["error"]["param"] == "config.dataset.exemplars", back.text
 
 
 def _file(tmp_path, body: dict) -> str:
