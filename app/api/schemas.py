@@ -477,7 +477,10 @@ class AuditJob(_Open):
     kind: str
     status: JobStatus
     progress: JobProgress
-    config: dict[str, Any] = Field(description="as submitted, credentials redacted")
+    config: dict[str, Any] | None = Field(
+        default=None, description="as submitted, credentials redacted and every inline text (dataset.exemplars, "
+        "canary.text, signals, a query or template given as an object...) replaced by a summary "
+        "{omitted, count, chars, hmac_sha256}, never the text; absent in a listing (GET the job for it)")
     claimed_epsilon: float | None
     claimed_delta: float | None
     verdict: Verdict | None

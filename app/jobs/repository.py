@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from app.store.base import DEFAULT_TENANT, new_id, utcnow
 from app.store.job_tables import AuditJob, JobArtifact
@@ -163,9 +163,13 @@ def list_jobs(
     status: str | None = None,
     limit: int = 20,
     after: str | None = None,
+    with_config: bool = True,
 ) -> tuple[list[AuditJob], bool]:
-    """Newest first; ``after`` is the id of the last job of the previous page."""
+    """Newest first; ``after`` is the id of the last job of the previous page; ``with_config=False`` does not
+    load the config column (a page of 100 megabyte configs would be read for nothing)."""
     q = select(AuditJob).where(AuditJob.tenant_id == tenant_id)
+    if not with_config:
+        q = q.options(defer(AuditJob.config, raiseload=True))
     if kind is not None:
         q = q.where(AuditJob.kind == kind)
     if status is not None:

@@ -1,12 +1,18 @@
-"""The job resource: the JSON that ``GET /v1/audits/{id}`` answers and webhooks deliver."""
+"""The job resource: the JSON that ``GET /v1/audits/{id}`` answers and webhooks deliver.
+
+Its ``config`` is :func:`app.jobs.config_view.public_config` of the stored one (credentials
+redacted, inline texts summarised); a listing's items carry no config (``with_config=False``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.jobs.secrets import redact
+from app.jobs.config_view import public_config
 from app.store.job_tables import AuditJob
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 API_PREFIX = "/v1/audits"
 
@@ -19,16 +25,20 @@ def job_url(job_id: str) -> str:
     return f"{API_PREFIX}/{job_id}"
 
 
-def job_resource(job: AuditJob, artifacts: list[dict[str, Any]]) -> dict[str, Any]:
+def job_resource(job: AuditJob, artifacts: list[dict[str, Any]], settings: Settings | None = None, *,
+                 with_config: bool = True) -> dict[str, Any]:
+    """``settings``: the server's (its DPICL_SECRETS_KEY keys the summaries' digests); ``with_config=False``
+    leaves the config out (a listing: it never reads the column, which list_jobs may not have loaded)."""
     url = job_url(job.id)
-    return {
+    out = {
         "id": job.id,
         "object": "audit.job",
         "url": url,
         "kind": job.kind,
         "status": job.status,
         "progress": {"fraction": round(float(job.progress or 0.0), 6), "message": job.progress_message},
-        "config": redact(job.config),  # credentials of audited targets are never returned
+        # credentials of audited targets and inline texts (exemplars, canary texts...) are never returned
+        "config": public_config(job.kind, job.config, settings) if with_config else None,
         "claimed_epsilon": job.claimed_epsilon,
         "claimed_delta": job.claimed_delta,
         "verdict": job.verdict,
@@ -49,10 +59,13 @@ def job_resource(job: AuditJob, artifacts: list[dict[str, Any]]) -> dict[str, An
             else None
         ),
     }
+    if not with_config:
+        del out["config"]
+    return out
 
 
 def load_resource(session, job_id: str, tenant_id: str | None = "default",
-                  slots: int | None = None) -> dict[str, Any] | None:
+                  slots: int | None = None, settings: Settings | None = None) -> dict[str, Any] | None:
     """The job resource; a queued job's has ``queue``: its position and what it waits for (app/jobs/queue.py;
     ``slots``: the jobs this server's runner takes at a time, None where workers run them)."""
     from app.jobs import queue
@@ -61,7 +74,7 @@ def load_resource(session, job_id: str, tenant_id: str | None = "default",
     job = repo.get_job(session, job_id, tenant_id)
     if job is None:
         return None
-    out = job_resource(job, repo.artifact_index(session, [job.id])[job.id])
+    out = job_resource(job, repo.artifact_index(session, [job.id])[job.id], settings)
     if job.status == "queued":
         out["queue"] = queue.queue_of(session, job, slots)
     return out
@@ -78,3 +91,21 @@ def attach_queues(session, resources: list[dict[str, Any]], tenant_id: str, slot
         pos = view.position(r["id"]) if r["status"] == "queued" else None
         if pos is not None:
             r["queue"] = queue.describe(pos, len(view.queued), view.running, tenant_id, slots)
+
+
+# What a listing shows of each config (/ui's target column: app/ui/views.py::describe_target): these top-level
+# keys, read by the database (JSON paths), so that a page never loads whole configs.
+LIST_CONFIG_KEYS = ("target", "mechanism", "models")
+
+
+def attach_config_heads(session, resources: list[dict[str, Any]], settings: Settings | None = None) -> None:
+    """Give each listed resource a ``config`` of :data:`LIST_CONFIG_KEYS` only (public_config of them)."""
+    from sqlalchemy import select
+
+    if not resources:
+        return
+    cols = [AuditJob.config[k] for k in LIST_CONFIG_KEYS]
+    rows = session.execute(select(AuditJob.id, *cols).where(AuditJob.id.in_([r["id"] for r in resources])))
+    heads = {row[0]: {k: v for k, v in zip(LIST_CONFIG_KEYS, row[1:]) if v is not None} for row in rows}
+    for r in resources:
+        r["config"] = public_config(r["kind"], heads.get(r["id"], {}), settings)

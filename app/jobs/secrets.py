@@ -21,8 +21,9 @@ encrypts, every one decrypts (``MultiFernet``). Put the new key first on the ser
 and every worker, keep the old ones while stored jobs that were sealed with them may
 still run, then drop them.
 
-Every job resource (``POST``/``GET /v1/audits``, the list, webhooks, and so the CLI's
-output and JUnit files) shows these fields as ``"[redacted]"`` (:func:`redact`).
+Every job resource (``POST``/``GET /v1/audits``, webhooks, and so the CLI's output and JUnit
+files) shows these fields as ``"[redacted]"`` (:func:`redact`, called by
+:func:`app.jobs.config_view.public_config`, which also summarises inline texts); the list has no config.
 """
 
 from __future__ import annotations

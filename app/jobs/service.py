@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from app.jobs import egress, registry, secrets
+from app.jobs import config_view, egress, registry, secrets
 from app.jobs import repository as repo
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.resource import job_resource, load_resource
@@ -107,6 +107,10 @@ def submit(
     """Validate and insert a queued job (blocking: call it from a thread). Raises UnknownKind,
     ConfigInvalid, JobConfigError, repo.IdempotencyConflict, repo.QueueFull."""
     settings = runtime.settings
+    summarised = config_view.summarised_field(kind_name, config)
+    if summarised is not None:
+        raise JobConfigError("holds the summary of an inline text ({\"omitted\": \"inline text\", ...}), not the "
+                             "text: responses never carry inline texts, put the text back", param=f"config.{summarised}")
     kind, model = validate_config(settings, kind_name, config)
     kind.admit(runtime, tenant_id, model)
     if webhook_url and not settings.webhook_secret:
@@ -138,9 +142,9 @@ def submit(
             max_queued=settings.job_max_queued_per_tenant,
         )
         if created:
-            resource = job_resource(job, [])
+            resource = job_resource(job, [], settings)
         else:
-            resource = load_resource(s, job.id, tenant_id, job_slots(runtime))
+            resource = load_resource(s, job.id, tenant_id, job_slots(runtime), settings)
     return Submitted(resource=resource, created=created, job_id=job.id)
 
 
@@ -149,7 +153,7 @@ def cancel(runtime: Runtime, job_id: str, tenant_id: str = DEFAULT_TENANT) -> di
         job = repo.request_cancel(s, job_id, tenant_id)
         if job is None:
             return None
-        return load_resource(s, job_id, tenant_id, job_slots(runtime))
+        return load_resource(s, job_id, tenant_id, job_slots(runtime), runtime.settings)
 
 
 def job_slots(runtime: Runtime) -> int | None:

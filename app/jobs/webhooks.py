@@ -66,7 +66,7 @@ def deliver_due(runtime: Runtime, *, client: httpx.Client | None = None, limit: 
             with runtime.db.session() as s:
                 if not repo.lease_webhook(s, job_id, attempts, lease_seconds=timeout + 30):
                     continue  # another runner took this attempt
-                body_obj = load_resource(s, job_id, tenant_id=None)
+                body_obj = load_resource(s, job_id, tenant_id=None, settings=settings)
                 url = repo.get_job(s, job_id, tenant_id=None).webhook_url if body_obj else None
             if body_obj is None or not url:
                 continue

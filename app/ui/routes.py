@@ -241,7 +241,7 @@ async def audits(request: Request, kind: str = "", status: str = "", verdict: st
         return stop
     from app.jobs import registry
     from app.jobs import repository as repo
-    from app.jobs.resource import attach_queues, job_resource
+    from app.jobs.resource import attach_config_heads, attach_queues, job_resource
     from app.jobs.service import job_slots
 
     rt = request.app.state.runtime
@@ -254,11 +254,12 @@ async def audits(request: Request, kind: str = "", status: str = "", verdict: st
         with rt.db.session() as s:
             try:
                 jobs, more = repo.list_jobs(s, tenant_id=tenant, kind=kind[:64] or None, status=status or None,
-                                            limit=100, after=after[:64] or None)
+                                            limit=100, after=after[:64] or None, with_config=False)
             except KeyError:
                 jobs, more = [], False
             index = repo.artifact_index(s, [j.id for j in jobs])
-            out = [job_resource(j, index[j.id]) for j in jobs]
+            out = [job_resource(j, index[j.id], with_config=False) for j in jobs]
+            attach_config_heads(s, out, rt.settings)  # the target column: never whole configs
             attach_queues(s, out, tenant, job_slots(rt))
             return out, more
 
@@ -278,7 +279,7 @@ def _load_job(request: Request, tenant: str, job_id: str) -> dict[str, Any] | No
 
     rt = request.app.state.runtime
     with rt.db.session() as s:
-        return load_resource(s, job_id[:64], tenant, job_slots(rt))
+        return load_resource(s, job_id[:64], tenant, job_slots(rt), rt.settings)
 
 
 def _form_defaults(request: Request) -> dict[str, Any]:
@@ -300,9 +301,7 @@ async def new_audit_form(request: Request, rerun: str = ""):
             values.update(kind=job["kind"], config=json.dumps(job["config"], indent=2),
                           claimed_epsilon="" if job["claimed_epsilon"] is None else repr(job["claimed_epsilon"]),
                           claimed_delta="" if job["claimed_delta"] is None else repr(job["claimed_delta"]))
-            if "[redacted]" in values["config"]:
-                note = ("The original config held a credential, shown as \"[redacted]\": put the target's api_key "
-                        "or api_key_env back before submitting.")
+            note = views.rerun_note(job["config"])
     kinds = registry.available_kinds(request.app.state.runtime.settings)
     return page.render("audit_new.html", kinds=kinds, values=values, errors={}, form_error=None, note=note,
                        nonce=secrets.token_urlsafe(16))

@@ -50,6 +50,21 @@ def describe_target(job: dict[str, Any]) -> str:
     return "—"
 
 
+def rerun_note(config: Any) -> str | None:
+    """What the re-run form says of a config that cannot be submitted as shown (redacted, summarised)."""
+    from app.jobs.config_view import has_summary
+    from app.jobs.secrets import REDACTED
+
+    notes = []
+    if REDACTED in repr(config):
+        notes.append("The original config held a credential, shown as \"[redacted]\": put the target's api_key or "
+                     "api_key_env back before submitting.")
+    if has_summary(config):
+        notes.append("The original config held inline texts (exemplars, canary text...), shown only as a summary "
+                     "({\"omitted\": \"inline text\", ...}): put the texts back before submitting.")
+    return " ".join(notes) or None
+
+
 def claim_of(job: dict[str, Any]) -> tuple[float | None, float | None]:
     r = job.get("result") if isinstance(job.get("result"), dict) else {}
     eps = _num(job.get("claimed_epsilon"))

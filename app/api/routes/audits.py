@@ -144,7 +144,9 @@ def list_kinds(request: Request, who: Auditor):
 
 
 @router.get("", response_model=AuditJobList, response_model_exclude_unset=True,
-            summary="List audit jobs (newest first)")
+            summary="List audit jobs (newest first)",
+            description="Each job as `GET /v1/audits/{id}` answers it, without `config` (bounded pages: a config may "
+                        "be megabytes); `GET /v1/audits/{id}` shows it, inline texts summarised.")
 def list_audits(
     request: Request,
     who: Auditor,
@@ -156,12 +158,12 @@ def list_audits(
     with _runtime(request).db.session() as s:
         try:
             jobs, has_more = repo.list_jobs(
-                s, tenant_id=who.tenant_id, kind=kind, status=status, limit=limit, after=after
+                s, tenant_id=who.tenant_id, kind=kind, status=status, limit=limit, after=after, with_config=False
             )
         except KeyError:
             raise APIError(404, f"after: no audit job with id {after!r}", param="after", code="job_not_found") from None
         index = repo.artifact_index(s, [j.id for j in jobs])
-        data = [job_resource(j, index[j.id]) for j in jobs]
+        data = [job_resource(j, index[j.id], with_config=False) for j in jobs]  # GET one job for its config
         attach_queues(s, data, who.tenant_id, service.job_slots(_runtime(request)))
     return {
         "object": "list",
@@ -176,7 +178,7 @@ def list_audits(
 def get_audit(job_id: JobId, request: Request, who: Auditor):
     rt = _runtime(request)
     with rt.db.session() as s:
-        resource = load_resource(s, job_id, who.tenant_id, service.job_slots(rt))
+        resource = load_resource(s, job_id, who.tenant_id, service.job_slots(rt), rt.settings)
     if resource is None:
         raise _not_found(job_id)
     return JSONResponse(resource, headers=_job_headers(resource))

@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from app.jsonbody import JSONBody
 
+from app.jobs.config_view import public_config
 from app.jobs.context import JobContext
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.registry import JobKind, Verdict, epsilon_verdict, register
@@ -197,7 +198,8 @@ class ICLInfKind(JobKind):
         result: dict[str, Any] = {
             "dataset": {k: v for k, v in data.items() if k in ("source", "name", "id", "labels", "train", "test")},
             "models": models_out,
-            "config": config.model_dump(mode="json"),
+            # as every copy of a config that leaves the server: inline texts (a template object, a label) summarised
+            "config": public_config("iclinf", config.model_dump(mode="json"), ctx.settings),
         }
         cells = [c for m in models_out for c in (m.get("decoding") or [])]
         if cells:
