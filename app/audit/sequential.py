@@ -56,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import (BettingEProcess, NoiseEvidence, PlugInMix, dp_release_bound, max_both_right,
-                                max_pair_accuracy, toward)
+from app.audit.eprocess import (BettingEProcess, NoiseEvidence, PlugInMix, SplitBetting, dp_release_bound,
+                                max_both_right, max_pair_accuracy, toward)
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
@@ -166,13 +166,13 @@ class _ArmState:
         self.probe = arm.name == "probe"
         self.acc, self.both, self.floor_both = (BettingEProcess(+1, FIRST_BET) for _ in range(3))
         self.floor: float | None = None
-        self.floors: dict[int, BettingEProcess] = {}
+        self.floors: dict[int, SplitBetting] = {}
         self.spread: dict[int, PlugInMix] = {}  # H0: label i released with probability <= SPREAD x floor
         if release_floor and noise is not None and k == 2 and arm.partitions:
             from app.audit.conformance import min_release_probability
 
             self.floor = min_release_probability(noise, arm.partitions)
-            self.floors = {i: BettingEProcess(-1, FIRST_BET) for i in range(2)}
+            self.floors = {i: SplitBetting(-1, FIRST_BET) for i in range(2)}
         white = bool(getattr(arm.target, "white_box", False)) and k >= 2
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
                          if white and noise is not None else None)
@@ -274,8 +274,8 @@ class _ArmState:
             if self.spread and v is not None and self.alts:
                 p_pos = next(iter(self.alts.values())).mu(v, TIES[0], claimed=True)
                 plug = {i: p_pos if i == self.pos else 1.0 - p_pos for i in self.spread}
-            for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary
-                proc.update(float(r == i), float(self.floor or 0.0))
+            for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary;
+                proc.update(float(r == i), float(self.floor or 0.0), member)  # a fraction learned per kind
                 if self.spread:
                     self.spread[i].update(float(r == i), SPREAD * float(self.floor or 0.0), plug[i])
         self.trials += 2
