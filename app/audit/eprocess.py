@@ -88,9 +88,11 @@ class OnsGridMix:
         self.ons = BettingEProcess(side, b0)
         self.log_grid = [0.0] * len(GRID)
 
-    def update(self, y: float, m: float) -> None:
-        side = self.ons.side
-        self.ons.update(y, m)
+    def update(self, y: float, m: float, side: int | None = None) -> None:
+        side = self.ons.side if side is None else side
+        if side == 0:
+            return
+        self.ons.update(y, m, side)
         r = max(m if side > 0 else 1.0 - m, 1e-3)
         u = side * (y - m) / r
         self.log_grid = [min(_LOG_MAX, lw + math.log1p(b * u)) for lw, b in zip(self.log_grid, GRID)]

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import (BettingEProcess, NoiseEvidence, PlugInMix, SplitBetting, dp_release_bound,
+from app.audit.eprocess import (BettingEProcess, NoiseEvidence, OnsGridMix, PlugInMix, SplitBetting, dp_release_bound,
                                 max_both_right, max_pair_accuracy, toward)
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
@@ -133,7 +133,7 @@ class _Alternative:
         self.noise = alternative_noise(noise, name)
         self.ties = TIES if (self.noise.applied_scale == 0.0 or self.noise.winner_only) else TIES[:1]
         self.positive, self.draws = positive, draws
-        self.procs = {t: BettingEProcess(+1) for t in self.ties}
+        self.procs = {t: OnsGridMix(+1) for t in self.ties}
         self._mu: dict[tuple[str, tuple[float, ...]], float] = {}
 
     def mu(self, votes: np.ndarray, tie: str, claimed: bool = False) -> float:
