@@ -13,8 +13,10 @@ looks after every batch and stops when it likes.
     (epsilon, delta)-DP E[X] <= p0^2 for ANY model and vote split (``eprocess.max_both_right``);
   - the pair accuracy (1[in right] + 1[out right]) / 2 <= p0 = (e^eps + delta) / (1 + e^eps);
   - for two-label ``rnm`` queries the release floor (``conformance.min_release_probability``):
-    every label's release frequency >= floor whatever the votes, bet on per label (on the probe, its
-    pair form: both right <= (1 - floor)^2);
+    every label's release frequency >= floor whatever the votes, bet on per label with a fraction
+    learned per kind of trial, with and without the canary (``eprocess.SplitBetting``: winner-only
+    noise is below the floor without the canary and above it with it); on the probe, its pair form:
+    both right <= (1 - floor)^2;
   - where the target reports clean and noisy scores (white-box), the noise itself
     (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
 * **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected at
@@ -22,7 +24,8 @@ looks after every batch and stops when it likes.
   probability <= 1 - min_detection at any stopping time, the miss probability the planner's fixed
   design and the fixed verdict's power promise, ``power.DEFAULT_MIN_DETECTION`` 0.9: one power
   model for the pass; the violation keeps 1/alpha) by a bet on
-  1[released == canary label] - mu_a pointed towards the claim's mu_c (``_Alternative``: a target
+  1[released == canary label] - mu_a pointed towards the claim's mu_c (``_Alternative``, bettors
+  ``eprocess.OnsGridMix``: ONS beside fixed fractions, so a strictly-true stretch costs little; a target
   more broken than a cannot reject a), mu_a the release probability under the alternative
   given the trial's clean votes (those the target reports, else the one-vote design model of
   tight-auditing Lemma 3.1, stated in the result as ``vote_model: "assumed"``); where a clean tie
