@@ -7,7 +7,8 @@ Ville's inequality P(sup_t E_t >= 1/alpha) <= alpha (González, Dulce-Rubio, Ram
 supermartingales). A fixed-weight average of processes on one filtration is one; so is a product
 of processes that move on disjoint steps (each step's factor has conditional mean <= 1).
 
-* :class:`BettingEProcess`: a bettor against a bound on a mean, E[Y_t | past] <= m_t (or >= m_t).
+* :class:`BettingEProcess`: a bettor against a bound on a mean, E[Y_t | past] <= m_t (or >= m_t);
+  :class:`SplitBetting`: one per kind of trial, multiplied.
 * :class:`NoiseEvidence`: where the target reports each answer's clean and noisy scores, the
   residuals ``noisy - clean`` of a correct report-noisy-max are i.i.d. draws of the claimed noise
   (``app.audit.conformance``, the fixed design's version). Sequentially: (a) against the claim, a
@@ -33,6 +34,7 @@ from app.audit.noise import VotingNoise
 _ONS = 2.0 / (2.0 - math.log(3.0))
 _LOG_MAX = 700.0
 B_MAX = 0.95
+GRID = (0.0, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)  # OnsGridMix's fixed fractions
 INF_LOG = _LOG_MAX  # the log e-value of an event of probability 0 under the null (e = e^700)
 SCALE_DOWN = (0.5, 0.25, 0.1)  # the violation mixture's scaled-down noises
 _LAWS = ("gaussian", "laplace", "gumbel")
@@ -67,6 +69,69 @@ class BettingEProcess:
         z = -u / (1.0 + self.b * u)  # d/db of -log(1 + b u): ONS step on the betting fraction
         self.a += z * z
         self.b = min(B_MAX, max(0.0, self.b - _ONS * z / self.a))
+
+    @property
+    def e(self) -> float:
+        return math.exp(self.log_wealth)
+
+
+class OnsGridMix:
+    """Half the online Newton step bettor, half an equal mixture of bettors at fixed fractions
+    (``GRID``, 0 included): where the null holds strictly (a mean well inside it) the ONS fraction
+    shrinks to 0 only as 1/t and its wealth can lose tens of nats (1000 trials of P = 0.287 against a
+    floor of 0.251: -52 nats), the mixture at most ln(2 len(GRID)); where it fails, the mixture grows at
+    nearly the best fixed fraction's rate and ONS at the learned one's."""
+
+    __slots__ = ("ons", "log_grid")
+
+    def __init__(self, side: int, b0: float = 0.0) -> None:
+        self.ons = BettingEProcess(side, b0)
+        self.log_grid = [0.0] * len(GRID)
+
+    def update(self, y: float, m: float, side: int | None = None) -> None:
+        side = self.ons.side if side is None else side
+        if side == 0:
+            return
+        self.ons.update(y, m, side)
+        r = max(m if side > 0 else 1.0 - m, 1e-3)
+        u = side * (y - m) / r
+        self.log_grid = [min(_LOG_MAX, lw + math.log1p(b * u)) for lw, b in zip(self.log_grid, GRID)]
+
+    @property
+    def log_wealth(self) -> float:
+        grid = max(self.log_grid) + math.log(sum(math.exp(x - max(self.log_grid)) for x in self.log_grid) / len(GRID))
+        top = max(self.ons.log_wealth, grid)
+        return top + math.log(0.5 * (math.exp(self.ons.log_wealth - top) + math.exp(grid - top)))
+
+    @property
+    def e(self) -> float:
+        return math.exp(self.log_wealth)
+
+
+class SplitBetting:
+    """The product of :class:`BettingEProcess` bettors against one null, one per kind of trial
+    (``kind``: known before the trial, e.g. with or without the canary). Each learns its own fraction;
+    they move on disjoint steps, so the product is a test supermartingale (each step's factor has
+    conditional mean <= 1 under the null). Where the kinds differ (a winner-only noise bug releases the
+    minority label below the release floor on the unanimous no-canary trials and above it with the
+    canary), one shared fraction averages the two and sees nothing; split, the no-canary bettor grows
+    and the other stays near fraction 0."""
+
+    __slots__ = ("side", "b0", "by_kind")
+
+    def __init__(self, side: int, b0: float = 0.0) -> None:
+        self.side, self.b0 = side, b0
+        self.by_kind: dict[object, OnsGridMix] = {}
+
+    def update(self, y: float, m: float, kind: object) -> None:
+        proc = self.by_kind.get(kind)
+        if proc is None:
+            proc = self.by_kind[kind] = OnsGridMix(self.side, self.b0)
+        proc.update(y, m)
+
+    @property
+    def log_wealth(self) -> float:
+        return min(_LOG_MAX, sum(p.log_wealth for p in self.by_kind.values()))
 
     @property
     def e(self) -> float:

@@ -67,7 +67,7 @@ from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.power import DEFAULT_MIN_DETECTION
 from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult,
                                   pass_threshold)
-from app.audit.eprocess import NoiseEvidence, max_both_right, max_pair_accuracy, toward
+from app.audit.eprocess import NoiseEvidence, OnsGridMix, max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
 
 # A black-box pass rests on the design model; the check it waits for (MODEL_CHECK_DELTA, Z_BLOCK, the
@@ -105,7 +105,7 @@ class GenAlternative:
         claimed = alternative_release(design, "claimed")
         self.law = {t: alternative_release(design, name, t) for t in alternative_ties(name)}
         self.side = {t: tuple(toward(c, m) for c, m in zip(claimed, law)) for t, law in self.law.items()}
-        self.procs = {t: BettingEProcess(+1) for t in self.law}
+        self.procs = {t: OnsGridMix(+1) for t in self.law}
 
     def update(self, y1: float, member: bool) -> None:
         h = 0 if member else 1

@@ -13,8 +13,10 @@ looks after every batch and stops when it likes.
     (epsilon, delta)-DP E[X] <= p0^2 for ANY model and vote split (``eprocess.max_both_right``);
   - the pair accuracy (1[in right] + 1[out right]) / 2 <= p0 = (e^eps + delta) / (1 + e^eps);
   - for two-label ``rnm`` queries the release floor (``conformance.min_release_probability``):
-    every label's release frequency >= floor whatever the votes, bet on per label (on the probe, its
-    pair form: both right <= (1 - floor)^2);
+    every label's release frequency >= floor whatever the votes, bet on per label with a fraction
+    learned per kind of trial, with and without the canary (``eprocess.SplitBetting``: winner-only
+    noise is below the floor without the canary and above it with it); on the probe, its pair form:
+    both right <= (1 - floor)^2;
   - where the target reports clean and noisy scores (white-box), the noise itself
     (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
 * **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected at
@@ -22,7 +24,8 @@ looks after every batch and stops when it likes.
   probability <= 1 - min_detection at any stopping time, the miss probability the planner's fixed
   design and the fixed verdict's power promise, ``power.DEFAULT_MIN_DETECTION`` 0.9: one power
   model for the pass; the violation keeps 1/alpha) by a bet on
-  1[released == canary label] - mu_a pointed towards the claim's mu_c (``_Alternative``: a target
+  1[released == canary label] - mu_a pointed towards the claim's mu_c (``_Alternative``, bettors
+  ``eprocess.OnsGridMix``: ONS beside fixed fractions, so a strictly-true stretch costs little; a target
   more broken than a cannot reject a), mu_a the release probability under the alternative
   given the trial's clean votes (those the target reports, else the one-vote design model of
   tight-auditing Lemma 3.1, stated in the result as ``vote_model: "assumed"``); where a clean tie
@@ -56,8 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import (BettingEProcess, NoiseEvidence, PlugInMix, dp_release_bound, max_both_right,
-                                max_pair_accuracy, toward)
+from app.audit.eprocess import (BettingEProcess, NoiseEvidence, OnsGridMix, PlugInMix, SplitBetting, dp_release_bound,
+                                max_both_right, max_pair_accuracy, toward)
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
@@ -133,7 +136,7 @@ class _Alternative:
         self.noise = alternative_noise(noise, name)
         self.ties = TIES if (self.noise.applied_scale == 0.0 or self.noise.winner_only) else TIES[:1]
         self.positive, self.draws = positive, draws
-        self.procs = {t: BettingEProcess(+1) for t in self.ties}
+        self.procs = {t: OnsGridMix(+1) for t in self.ties}
         self._mu: dict[tuple[str, tuple[float, ...]], float] = {}
 
     def mu(self, votes: np.ndarray, tie: str, claimed: bool = False) -> float:
@@ -166,13 +169,13 @@ class _ArmState:
         self.probe = arm.name == "probe"
         self.acc, self.both, self.floor_both = (BettingEProcess(+1, FIRST_BET) for _ in range(3))
         self.floor: float | None = None
-        self.floors: dict[int, BettingEProcess] = {}
+        self.floors: dict[int, SplitBetting] = {}
         self.spread: dict[int, PlugInMix] = {}  # H0: label i released with probability <= SPREAD x floor
         if release_floor and noise is not None and k == 2 and arm.partitions:
             from app.audit.conformance import min_release_probability
 
             self.floor = min_release_probability(noise, arm.partitions)
-            self.floors = {i: BettingEProcess(-1, FIRST_BET) for i in range(2)}
+            self.floors = {i: SplitBetting(-1, FIRST_BET) for i in range(2)}
         white = bool(getattr(arm.target, "white_box", False)) and k >= 2
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
                          if white and noise is not None else None)
@@ -274,8 +277,8 @@ class _ArmState:
             if self.spread and v is not None and self.alts:
                 p_pos = next(iter(self.alts.values())).mu(v, TIES[0], claimed=True)
                 plug = {i: p_pos if i == self.pos else 1.0 - p_pos for i in self.spread}
-            for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary
-                proc.update(float(r == i), float(self.floor or 0.0))
+            for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary;
+                proc.update(float(r == i), float(self.floor or 0.0), member)  # a fraction learned per kind
                 if self.spread:
                     self.spread[i].update(float(r == i), SPREAD * float(self.floor or 0.0), plug[i])
         self.trials += 2

@@ -93,8 +93,9 @@ def test_the_pass_level_follows_min_detection():
     1000 audits of a target that IS noise_quarter (noise_quarter alone required), at min_detection
     0.9 and 0.95: false passes <= 1 - min_detection + 3 sd, every pass with its e-value >= 1/(1 -
     min_detection), the result's ``pass_level`` 1 - min_detection. The correct target (noise_tenth and
-    no_noise required), the same 200 seeds at both: some passes at 0.9 stop below 20 (= 1/alpha: the
-    threshold is not alpha's), and 0.95 needs more trials on average."""
+    no_noise required), the same 200 seeds at 0.9 and 0.99: on the same draws 0.9 stops no later than 0.99
+    and earlier on some, so more trials on average at 0.99 (white-box evidence grows in large steps here: 0.95's
+    threshold 20 is crossed on the same trial as 0.9's 10 on every seed)."""
     d = _design("clip_softmax")
     for md in (0.9, 0.95):
         res = [run_gen_sequential(TokenWhiteBoxTarget(d, "noise_quarter"), EX, ATTACK, claimed_epsilon=1.0,
@@ -108,9 +109,12 @@ def test_the_pass_level_follows_min_detection():
     by = {md: [run_gen_sequential(TokenWhiteBoxTarget(d), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, design=d,
                                   alternatives=("noise_tenth", "no_noise"), alpha=ALPHA, cap=400,
                                   rng=np.random.default_rng(seed), white_box=True, min_detection=md)
-               for seed in range(200)] for md in (0.9, 0.95)}
-    assert any(min(r.e_alternatives.values()) < 20.0 for r in by[0.9] if r.verdict == "pass")
-    assert np.mean([r.trials for r in by[0.95]]) > np.mean([r.trials for r in by[0.9]])
+               for seed in range(200)] for md in (0.9, 0.99)}
+    # same seeds, same draws: the lower threshold stops no later on any seed and earlier on some
+    pairs = list(zip(by[0.9], by[0.99]))
+    assert all(a.trials <= b.trials for a, b in pairs if a.verdict == b.verdict == "pass")
+    assert any(a.trials < b.trials for a, b in pairs if a.verdict == b.verdict == "pass")
+    assert np.mean([r.trials for r in by[0.99]]) > np.mean([r.trials for r in by[0.9]])
     for md, res in by.items():
         ok = [r for r in res if r.verdict == "pass"]
         assert len(ok) > 0.9 * len(res) and all(min(r.e_alternatives.values()) >= 1.0 / (1.0 - md) for r in ok)
