@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.audit import Canary, SimulatedVotingTarget, resolve_query, rnm_noise
-from app.audit.eprocess import GRID, BettingEProcess, OnsGridMix, SplitBetting
+from app.audit.eprocess import GRID, ONS_SHARE, BettingEProcess, OnsGridMix, SplitBetting
 from app.audit.sequential import run_sequential
 from app.audit.targets import Observation
 
@@ -80,7 +80,7 @@ def test_split_betting_is_a_test_supermartingale_when_every_kind_holds_the_null(
 def test_the_grid_bounds_the_loss_where_the_null_holds_strictly():
     """1000 trials of P = 0.287 against a floor of 0.2514 (side -1: the null "E[Y] >= floor" holds):
     the ONS bettor that opens at 0.6 keeps betting and loses far more than the evidence warrants; the
-    mixture's fraction-0 bettor keeps it >= 1 / (2 len(GRID)) whatever the data. Where the null is
+    mixture's fraction-0 bettor keeps it >= (1 - ONS_SHARE) / len(GRID) whatever the data. Where the null is
     false (P = 0.17) the mixture grows."""
     rng = np.random.default_rng(0)
     ys = rng.random(1000) < 0.287
@@ -89,7 +89,7 @@ def test_the_grid_bounds_the_loss_where_the_null_holds_strictly():
         ons.update(float(y), 0.2514)
         mix.update(float(y), 0.2514)
     assert 0.0 in GRID
-    assert mix.e >= 1.0 / (2 * len(GRID))
+    assert mix.e >= (1.0 - ONS_SHARE) / len(GRID)
     assert ons.e < 1e-3  # the failure the mixture bounds (measured: e^-52 on this seed)
     grow = OnsGridMix(-1, 0.6)
     for y in np.random.default_rng(1).random(1000) < 0.17:
