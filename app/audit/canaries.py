@@ -62,12 +62,16 @@ class Canary:
     kind: str
     text: str
     label: str
+    index: int | None = None  # heldout: the held-out exemplar drawn (its position in the held-out set)
+    tokens: int | None = None  # unigram: how many rare tokens were sampled
 
     def exemplar(self) -> tuple[str, str]:
         return (self.text, self.label)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "text": self.text, "label": self.label}
+        out: dict[str, Any] = {"kind": self.kind, "text": self.text, "label": self.label}
+        out.update({k: v for k, v in (("index", self.index), ("tokens", self.tokens)) if v is not None})
+        return out
 
 
 def hex_canary(rng: np.random.Generator, label: str, n_bytes: int = 8) -> Canary:
@@ -118,7 +122,7 @@ def unigram_canary(
         raise ValueError("the dataset has no tokens to build a unigram canary from")
     pick = rng.choice(len(cands), size=n_tokens, replace=len(cands) < n_tokens)
     text = tokenizer.detokenize([cands[i] for i in pick]).strip()
-    return Canary("unigram", text, label)
+    return Canary("unigram", text, label, tokens=n_tokens)
 
 
 def heldout_canary(heldout: Sequence[tuple[str, str]], rng: np.random.Generator) -> Canary:
@@ -126,8 +130,9 @@ def heldout_canary(heldout: Sequence[tuple[str, str]], rng: np.random.Generator)
     canaries sampled from the dataset). Needed by the GAP and brainwash queries."""
     if not heldout:
         raise ValueError("no held-out exemplars to draw a canary from")
-    text, label = heldout[int(rng.integers(len(heldout)))]
-    return Canary("heldout", text, label)
+    i = int(rng.integers(len(heldout)))
+    text, label = heldout[i]
+    return Canary("heldout", text, label, index=i)
 
 
 def make_canary(
