@@ -2,7 +2,7 @@
 digest, never its text (docs/security.md, "What never leaves"; app/jobs/kinds/canary_view.py): a live
 keyed server with the bundled models, SQLite and PostgreSQL.
 
-* a ``heldout`` canary (a text of ``dataset.heldout``), simulated votes: GET one, the list, the webhook
+* a ``heldout`` canary (a text of ``dataset.heldout``), simulated votes (inquiry, brainwash, sequential): GET one, the list, the webhook
   body, the artifacts, the /ui job page and the CLI's --json and JUnit;
 * a ``unigram`` canary (rare tokens of the exemplars; the test draws the same text with the job's seed)
   on the bundled model: GET one, the list, the artifacts, the /ui job page;
@@ -94,7 +94,9 @@ def test_heldout_canary_text_never_leaves(server, tmp_path):
         with _api(server) as c:
             job = _run(c, cfg, claimed_epsilon=1.0, webhook_url=rcv.url)
             brainwash = _run(c, {**cfg, "query": "brainwash"}, claimed_epsilon=1.0)
-            seen = _channels(server, c, job) + _channels(server, c, brainwash)
+            seq = _run(c, {**cfg, "query": "input_output", "mode": "sequential", "trials": "auto"},
+                       claimed_epsilon=1.0)
+            seen = _channels(server, c, job) + _channels(server, c, brainwash) + _channels(server, c, seq)
             wait_for(lambda: rcv.calls, 20, "the webhook")
             seen.append(("webhook", rcv.calls[0]["body"].decode()))
     finally:
@@ -122,6 +124,7 @@ def test_heldout_canary_text_never_leaves(server, tmp_path):
     bw = brainwash["result"]["attack"]
     assert bw["strategy"] == "brainwash" and bw["query"].count("{canary}") == 7 and "{input_prefix}" in bw["query"]
     assert job["result"]["estimates"]["black-box"]["epsilon_lower"] >= 0  # every number stays
+    assert seq["result"]["attack"]["canary"]["origin"] == "dataset.heldout" and seq["result"]["attack"]["query"] == "{canary}"
 
 
 def _unigram_text(lm, cfg: dict) -> str:
