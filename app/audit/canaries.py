@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,8 +62,9 @@ class Canary:
     kind: str
     text: str
     label: str
-    index: int | None = None  # heldout: the held-out exemplar drawn (its position in the held-out set)
-    tokens: int | None = None  # unigram: how many rare tokens were sampled
+    # Provenance, not identity (equality is kind, text and label): where a result says where the canary came from.
+    index: int | None = field(default=None, compare=False)  # heldout: its position in the held-out set
+    tokens: int | None = field(default=None, compare=False)  # unigram: how many rare tokens were sampled
 
     def exemplar(self) -> tuple[str, str]:
         return (self.text, self.label)
