@@ -245,7 +245,7 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
     elif "black-box" in tms:
         estimates["black-box"] = estimates_from_guesses(
             guesses, members, threat_model="black-box", confidence=conf, delta=delta, epsilon_theory=eps_theory,
-            gdp_applicable=gauss_bb, assumptions=[f"guess: released label == {attack.positive!r}"])
+            gdp_applicable=gauss_bb, assumptions=["guess: released label == the query's positive label (attack.positive)"])
     stat = None
     tau = None
     if "white-box" in tms:

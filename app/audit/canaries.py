@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,12 +62,17 @@ class Canary:
     kind: str
     text: str
     label: str
+    # Provenance, not identity (equality is kind, text and label): where a result says where the canary came from.
+    index: int | None = field(default=None, compare=False)  # heldout: its position in the held-out set
+    tokens: int | None = field(default=None, compare=False)  # unigram: how many rare tokens were sampled
 
     def exemplar(self) -> tuple[str, str]:
         return (self.text, self.label)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "text": self.text, "label": self.label}
+        out: dict[str, Any] = {"kind": self.kind, "text": self.text, "label": self.label}
+        out.update({k: v for k, v in (("index", self.index), ("tokens", self.tokens)) if v is not None})
+        return out
 
 
 def hex_canary(rng: np.random.Generator, label: str, n_bytes: int = 8) -> Canary:
@@ -118,7 +123,7 @@ def unigram_canary(
         raise ValueError("the dataset has no tokens to build a unigram canary from")
     pick = rng.choice(len(cands), size=n_tokens, replace=len(cands) < n_tokens)
     text = tokenizer.detokenize([cands[i] for i in pick]).strip()
-    return Canary("unigram", text, label)
+    return Canary("unigram", text, label, tokens=n_tokens)
 
 
 def heldout_canary(heldout: Sequence[tuple[str, str]], rng: np.random.Generator) -> Canary:
@@ -126,8 +131,9 @@ def heldout_canary(heldout: Sequence[tuple[str, str]], rng: np.random.Generator)
     canaries sampled from the dataset). Needed by the GAP and brainwash queries."""
     if not heldout:
         raise ValueError("no held-out exemplars to draw a canary from")
-    text, label = heldout[int(rng.integers(len(heldout)))]
-    return Canary("heldout", text, label)
+    i = int(rng.integers(len(heldout)))
+    text, label = heldout[i]
+    return Canary("heldout", text, label, index=i)
 
 
 def make_canary(

@@ -136,6 +136,13 @@ class GenerationAttack(AttackQuery):
         return {**super().to_dict(), "decision": self.decision, "reference": self.reference}
 
 
+def public_signal_pair(y1: str, y0: str) -> bool:
+    """Whether (y1, y0) is a pair of the paper's Table 3 or a built-in strategy's own: public text, shown
+    in a result as it is; any other pair is the caller's and a result shows a summary."""
+    pairs = {(a, b) for a, b, _ in SIGNAL_PAIRS} | {s.signals for s in GENERATION_STRATEGIES.values() if s.signals}
+    return (y1, y0) in pairs
+
+
 def get_generation_strategy(strategy: str | GenerationStrategy | Mapping[str, Any]) -> GenerationStrategy:
     if isinstance(strategy, GenerationStrategy):
         return strategy

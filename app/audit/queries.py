@@ -204,18 +204,30 @@ def resolve_query(
             labels.append(lab)
     if canary.label not in labels:
         labels.append(canary.label)
-    text = s.query.format(canary=canary.text, positive=pos, negative=neg if neg is not None else "")
-    if s.repeat_mislabelled:
-        if neg is None:
-            raise ValueError(f"query {s.name!r} repeats the canary mislabelled: it needs a negative label")
-        t = dict(template or {})
-        inp = t.get("input_prefix", "Input: ")
-        out = t.get("output_prefix", "Label:")
-        sep = t.get("separator", "\n\n")
-        io = t.get("io_separator", "\n")
-        lp = t.get("label_prefix", " ")
-        demo = f"{inp}{canary.text}{io}{out}{lp}{neg}"
-        # The template prepends input_prefix to the query: the query text starts after it.
-        full = sep.join([demo] * s.repeat_mislabelled + [f"{inp}{text}"])
-        text = full[len(inp):]
+    if s.repeat_mislabelled and neg is None:
+        raise ValueError(f"query {s.name!r} repeats the canary mislabelled: it needs a negative label")
+    t = dict(template or {})
+    text = query_template(s, {k: t.get(k, v) for k, v in TEMPLATE_DEFAULTS.items()}).format(
+        canary=canary.text, positive=pos, negative=neg if neg is not None else "")
     return AttackQuery(s.name, text, tuple(labels), pos, neg, s.instruction, canary)
+
+
+# The template fields brainwash's repeated demonstrations are rendered with, and their defaults.
+TEMPLATE_DEFAULTS = {"input_prefix": "Input: ", "output_prefix": "Label:", "separator": "\n\n",
+                     "io_separator": "\n", "label_prefix": " "}
+
+
+def query_template(strategy: QueryStrategy, template: Mapping[str, str] | None = None) -> str:
+    """The query as sent, with its placeholders ``{canary}``, ``{positive}``, ``{negative}`` left in
+    (``str.format`` fills them). Brainwash's demonstrations are rendered with ``template``'s fields;
+    without ``template``, those stay placeholders too (``{input_prefix}``, ...): a result shows the
+    query this way, without the texts (app/jobs/kinds/canary_view.py)."""
+    if not strategy.repeat_mislabelled:
+        return strategy.query
+    f = {k: "{" + k + "}" for k in TEMPLATE_DEFAULTS} if template is None else \
+        {k: str(v).replace("{", "{{").replace("}", "}}") for k, v in template.items()}
+    inp = f["input_prefix"]
+    demo = f"{inp}{{canary}}{f['io_separator']}{f['output_prefix']}{f['label_prefix']}{{negative}}"
+    # The template prepends input_prefix to the query: the query text starts after it.
+    full = f["separator"].join([demo] * strategy.repeat_mislabelled + [f"{inp}{strategy.query}"])
+    return full[len(inp):]

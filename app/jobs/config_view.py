@@ -48,7 +48,7 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
 PRESET_STRINGS = frozenset({"query", "dataset.template", "classification.template", "decoding.template"})
 
 
-def _digest_key(settings: Settings | None) -> bytes | None:
+def digest_key(settings: Settings | None) -> bytes | None:
     if settings is None or settings.secrets_key is None:
         return None
     first = settings.secrets_key.get_secret_value().split(",")[0].strip().encode()
@@ -100,7 +100,7 @@ def public_config(kind: str, config: Any, settings: Settings | None = None) -> A
     out = redact(config)
     if not isinstance(out, dict):
         return out
-    key = _digest_key(settings)
+    key = digest_key(settings)
     for path in TEXT_FIELDS.get(kind, ()):
         if path in PRESET_STRINGS and isinstance(_get(out, path), str):
             continue

@@ -123,7 +123,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
         res.notes.append(wb_note)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     out: dict[str, Any] = {
-        "mode": "sequential", "task": "generation", "target": target.name, "attack": attack.to_dict(),
+        "mode": "sequential", "task": "generation", "target": target.name, "_attack": attack,
         "epsilon": None, "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
         "model_calls": res.trials, "target_calls": target.calls, "trials_total": res.trials, "sequential": seq,
         "power": None, "exemplar_count": len(exemplars)}

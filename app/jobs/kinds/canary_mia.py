@@ -20,6 +20,7 @@ import numpy as np
 
 from app.jobs.context import JobContext
 from app.jobs import egress, secrets
+from app.jobs.config_view import digest_key
 from app.jobs.errors import JobConfigError, JobError
 from app.jobs.registry import JobKind, Verdict, epsilon_verdict, register
 
@@ -30,7 +31,7 @@ from app.jobs.kinds.canary_config import (  # noqa: F401 (re-exported: the confi
     PowerConfig,
     TargetConfig,
 )
-from app.jobs.kinds import canary_synth
+from app.jobs.kinds import canary_synth, canary_view
 from app.jobs.kinds.canary_data import (  # noqa: F401
     GENERATION_TEMPLATE,
     SYNTH_PARAMS,
@@ -298,6 +299,7 @@ class CanaryMIAKind(JobKind):
 
             out = canary_seq.run(ctx, config, target, exemplars, attack, rng,
                                  target_partitions(target, len(exemplars)))
+            out["attack"] = canary_view.of_job(ctx, config, attack, labels)[0]
             ctx.progress(1.0, "done")
             return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", labels, template, rng)
@@ -384,6 +386,7 @@ class CanaryMIAKind(JobKind):
             from app.jobs.kinds import canary_gen_seq
 
             out = canary_gen_seq.run(ctx, config, target, exemplars, canary, rng)
+            out["attack"] = canary_view.of_job(ctx, config, out.pop("_attack"), [])[0]
             ctx.progress(1.0, "done")
             return out
         out = self._campaign(ctx, config, target, exemplars, canary, config.query or "signal_text", [], template, rng)
@@ -416,6 +419,10 @@ class CanaryMIAKind(JobKind):
             res = run_campaign(target, exemplars, canary, query, task_labels=labels, template=template, config=cc,
                                rng=rng, progress=lambda f, m: ctx.progress(0.02 + 0.88 * f, m))
         out = res.to_dict()
+        # The result names private texts (canary, signals, labels that stand for them) by summary and
+        # placeholder, never the text (canary_view); every number stays.
+        out["attack"], names = canary_view.of_job(ctx, config, res.attack, labels)
+        out["config"]["signals"] = canary_view.public_signals(out["config"].get("signals"), digest_key(ctx.settings))
         if plan is not None:
             out["plan"] = plan
         claim = ctx.claimed_epsilon if ctx.claimed_epsilon is not None else res.epsilon_claimed
@@ -430,8 +437,9 @@ class CanaryMIAKind(JobKind):
                                min_detection=config.power.min_detection)
             out["power"] = None if rep is None else rep.to_dict()
         out["trials_total"] = len(res.trials)
-        out["trials"] = res.trials[:200]  # all of them in trials.csv
-        out["summary"] = summary(res)
+        out["trials"] = canary_view.public_rows(res.trials[:200], names)  # all of them in trials.csv
+        out["summary"] = {**summary(res), "strategy": out["attack"]["strategy"]}
+        out["_names"] = names
         out["exemplar_count"] = len(exemplars)
         out["epsilon_theory"] = res.epsilon_claimed
         out["_campaign"] = res
@@ -439,21 +447,21 @@ class CanaryMIAKind(JobKind):
 
     def _finish(self, ctx: JobContext, out: dict[str, Any]) -> dict[str, Any]:
         ctx.progress(0.92, "writing artifacts")
-        self._artifacts(ctx, out.pop("_campaign"), out)
+        self._artifacts(ctx, out.pop("_campaign"), out, out.pop("_names"))
         ctx.progress(1.0, "done")
         return out
 
-    def _artifacts(self, ctx: JobContext, res, out: dict[str, Any]) -> None:
+    def _artifacts(self, ctx: JobContext, res, out: dict[str, Any], names: dict[str, str]) -> None:
         from app.audit import plots
 
-        ctx.add_artifact("trials.csv", "text/csv", _rows_csv(res.trials))
+        ctx.add_artifact("trials.csv", "text/csv", _rows_csv(canary_view.public_rows(res.trials, names)))
         rows = []
         for tm, e in res.estimates.items():
             d = e.to_dict()
             d.pop("assumptions", None)
             rows.append(d)
         ctx.add_artifact("estimates.csv", "text/csv", _rows_csv(rows))
-        title = f"{res.attack.strategy} / {res.attack.canary.kind} canary on {res.target}"
+        title = f"{out['attack']['strategy']} / {res.attack.canary.kind} canary on {res.target}"
         try:
             if res.statistic_with is not None and len(res.statistic_with) and len(res.statistic_without):
                 bb = res.estimates.get("black-box")

@@ -77,7 +77,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
                              progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m), probe=probe,
                              min_detection=config.power.min_detection)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
-    return {"mode": "sequential", "target": target.name, "attack": attack.to_dict(), "epsilon": None,
+    return {"mode": "sequential", "target": target.name, "epsilon": None,
             "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
             "model_calls": res.trials, "trials_total": res.trials, "sequential": seq, "power": None,
             "exemplar_count": len(exemplars)}

@@ -9,6 +9,8 @@ import numpy as np
 
 from app.jobs.context import JobContext
 from app.jobs.errors import JobConfigError
+from app.jobs.config_view import digest_key
+from app.jobs.kinds import canary_view
 from app.jobs.kinds.canary_config import CanaryMIAConfig
 from app.jobs.kinds.canary_data import SYNTH_PARAMS, _dataset, _pick, _rarest_label, _rows_csv, _served
 
@@ -94,7 +96,9 @@ def run(ctx: JobContext, config: CanaryMIAConfig) -> dict[str, Any]:
     out = {"task": "synthesize", "target": "synthesize", "epsilon": res.epsilon,
            "epsilon_claimed": res.epsilon_claimed, "epsilon_theory": res.epsilon_claimed, "delta": delta,
            "confidence": config.confidence, "threshold": res.threshold, "estimates": res.estimates,
-           "summary": res.summary, "canary": canary.to_dict(), "synthesizer": cfg.to_dict(),
+           "summary": res.summary, "canary": canary_view.public_canary(
+               canary, caller_text=c.text is not None, label_public=canary.label in labels,
+               key=digest_key(ctx.settings)), "synthesizer": cfg.to_dict(),
            "trials_total": len(res.trials), "trials": res.trials[:200], "exemplar_count": len(exemplars),
            "power": None}
     ctx.progress(1.0, "done")
