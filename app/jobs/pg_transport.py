@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from app.jobs import registry, webhooks
 from app.jobs import repository as repo
+from app.jobs import transport_repo
 from app.jobs.executor import execute_job, new_worker_id
 from app.jobs.runner import maintenance_interval
 
@@ -117,7 +118,7 @@ async def maintenance_once(app: procrastinate.App, runtime: Runtime) -> None:
         with runtime.db.session() as s:
             report = repo.reap_stalled(s, settings.job_stall_seconds)
         with runtime.db.session() as s:
-            orphans = repo.queued_without_transport(
+            orphans = transport_repo.queued_without_transport(
                 s, LOCK_PREFIX, older_than=1.0, worker_alive_seconds=settings.job_stall_seconds
             )
         return report, orphans
@@ -191,7 +192,7 @@ class ProcrastinateTransport:
     @staticmethod
     def enqueue(session, job_id: str) -> None:
         """Given to ``repo.create_job``: the row and its procrastinate job commit in one transaction."""
-        repo.enqueue_procrastinate(session, job_id, queue=QUEUE, task_name=TASK_NAME, lock_prefix=LOCK_PREFIX)
+        transport_repo.enqueue_procrastinate(session, job_id, queue=QUEUE, task_name=TASK_NAME, lock_prefix=LOCK_PREFIX)
 
     async def stop(self) -> None:
         self._stop.set()

@@ -1,4 +1,5 @@
-"""All SQL of the job system. The ``audit_jobs`` row is the source of truth.
+"""The SQL of the job system's state machine (webhook delivery: ``webhook_repo``; the procrastinate
+transport: ``transport_repo``). The ``audit_jobs`` row is the source of truth.
 
 State machine of a row::
 
@@ -19,13 +20,12 @@ e.g. NTP; the stall timeout is much larger than any sane skew).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
@@ -487,85 +487,3 @@ def reap_stalled(s: Session, stall_seconds: float, *, now: datetime | None = Non
         if res.rowcount == 1:
             bucket.append(job_id)
     return report
-
-
-# ---------------------------------------------------------------- webhooks
-
-
-def due_webhooks(s: Session, limit: int = 20, *, now: datetime | None = None) -> list[tuple[str, int]]:
-    now = now or utcnow()
-    rows = s.execute(
-        select(AuditJob.id, AuditJob.webhook_attempts)
-        .where(AuditJob.webhook_next_at.is_not(None), AuditJob.webhook_next_at <= now)
-        .order_by(AuditJob.webhook_next_at)
-        .limit(limit)
-    ).all()
-    s.rollback()
-    return [(r[0], int(r[1])) for r in rows]
-
-
-def lease_webhook(s: Session, job_id: str, attempts: int, lease_seconds: float) -> bool:
-    """Take one delivery attempt (so that two runners never deliver the same attempt)."""
-    now = utcnow()
-    res = s.execute(
-        update(AuditJob)
-        .where(
-            AuditJob.id == job_id,
-            AuditJob.webhook_attempts == attempts,
-            AuditJob.webhook_next_at.is_not(None),
-            AuditJob.webhook_next_at <= now,
-        )
-        .values(webhook_next_at=now + timedelta(seconds=lease_seconds))
-        .execution_options(synchronize_session=False)
-    )
-    s.commit()
-    return res.rowcount == 1
-
-
-def record_webhook(s: Session, job_id: str, *, attempts: int, status: str, next_at: datetime | None) -> None:
-    s.execute(
-        update(AuditJob)
-        .where(AuditJob.id == job_id)
-        .values(webhook_attempts=attempts, webhook_status=status[:200], webhook_next_at=next_at)
-        .execution_options(synchronize_session=False)
-    )
-    s.commit()
-
-
-# ---------------------------------------------------------------- procrastinate transport (PostgreSQL)
-
-
-def queued_without_transport(
-    s: Session, lock_prefix: str, *, older_than: float, worker_alive_seconds: float, limit: int = 500
-) -> list[str]:
-    """Queued jobs that no procrastinate job will pick up: none waiting (``todo``) and none being
-    started (``doing``) by a live procrastinate worker. That is a defer lost to a crash between commit
-    and defer, a job the reaper queued again, a job a stopping worker handed back. PostgreSQL only;
-    reads procrastinate's tables (a rare duplicate defer is harmless: its task finds the row taken)."""
-    cutoff = utcnow() - timedelta(seconds=older_than)
-    rows = s.execute(
-        text(
-            "SELECT j.id FROM audit_jobs j WHERE j.status = 'queued' AND j.created_at < :cutoff "
-            "AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs p WHERE p.queueing_lock = :prefix || j.id "
-            "  AND p.status = 'todo') "
-            "AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs p JOIN procrastinate_workers w ON w.id = p.worker_id "
-            "  WHERE p.queueing_lock = :prefix || j.id AND p.status = 'doing' "
-            "  AND w.last_heartbeat > now() - make_interval(secs => :alive)) "
-            "ORDER BY j.created_at LIMIT :limit"
-        ),
-        {"cutoff": cutoff, "prefix": lock_prefix, "limit": limit, "alive": worker_alive_seconds},
-    ).all()
-    s.rollback()
-    return [r[0] for r in rows]
-
-
-def enqueue_procrastinate(s: Session, job_id: str, *, queue: str, task_name: str, lock_prefix: str) -> None:
-    """Defer procrastinate's "run job X" in the caller's transaction, through procrastinate's own SQL
-    function (what ``Task.defer`` runs; its NOTIFY wakes the workers when the transaction commits)."""
-    s.execute(
-        text(
-            "SELECT procrastinate_defer_jobs_v1(ARRAY[ROW(:queue, :task, 0, NULL, :qlock, CAST(:args AS jsonb), "
-            "NULL::timestamptz)]::procrastinate_job_to_defer_v1[])"
-        ),
-        {"queue": queue, "task": task_name, "qlock": lock_prefix + job_id, "args": json.dumps({"job_id": job_id})},
-    )

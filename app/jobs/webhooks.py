@@ -26,6 +26,7 @@ import httpx
 
 from app.jobs import egress
 from app.jobs import repository as repo
+from app.jobs import webhook_repo
 from app.jobs.resource import load_resource
 from app.store.base import utcnow
 
@@ -55,7 +56,7 @@ def deliver_due(runtime: Runtime, *, client: httpx.Client | None = None, limit: 
     settings = runtime.settings
     timeout = settings.webhook_timeout_seconds
     with runtime.db.session() as s:
-        due = repo.due_webhooks(s, limit)
+        due = webhook_repo.due_webhooks(s, limit)
     if not due:
         return 0
     own = client is None
@@ -64,7 +65,7 @@ def deliver_due(runtime: Runtime, *, client: httpx.Client | None = None, limit: 
     try:
         for job_id, attempts in due:
             with runtime.db.session() as s:
-                if not repo.lease_webhook(s, job_id, attempts, lease_seconds=timeout + 30):
+                if not webhook_repo.lease_webhook(s, job_id, attempts, lease_seconds=timeout + 30):
                     continue  # another runner took this attempt
                 body_obj = load_resource(s, job_id, tenant_id=None, settings=settings)
                 url = repo.get_job(s, job_id, tenant_id=None).webhook_url if body_obj else None
@@ -103,17 +104,17 @@ def _attempt(runtime: Runtime, client: httpx.Client, job_id: str, url: str, body
     with runtime.db.session() as s:
         if refused is not None:
             status = f"failed: refused by the egress policy ({refused})"
-            repo.record_webhook(s, job_id, attempts=n, status=status[:200], next_at=None)
+            webhook_repo.record_webhook(s, job_id, attempts=n, status=status[:200], next_at=None)
             log.warning("webhook of job %s refused by the egress policy: %s", job_id, refused)
         elif ok:
-            repo.record_webhook(s, job_id, attempts=n, status=f"delivered ({reason}, attempt {n})", next_at=None)
+            webhook_repo.record_webhook(s, job_id, attempts=n, status=f"delivered ({reason}, attempt {n})", next_at=None)
             log.info("webhook of job %s delivered (%s, attempt %d)", job_id, reason, n)
         elif n >= settings.webhook_max_attempts:
-            repo.record_webhook(s, job_id, attempts=n, status=f"failed after {n} attempts (last: {reason})", next_at=None)
+            webhook_repo.record_webhook(s, job_id, attempts=n, status=f"failed after {n} attempts (last: {reason})", next_at=None)
             log.warning("webhook of job %s failed for good after %d attempts: %s", job_id, n, reason)
         else:
             delay = min(settings.webhook_backoff_seconds * 2 ** (n - 1), MAX_BACKOFF_SECONDS)
-            repo.record_webhook(
+            webhook_repo.record_webhook(
                 s, job_id, attempts=n, status=f"retrying (attempt {n}: {reason})",
                 next_at=utcnow() + timedelta(seconds=delay),
             )

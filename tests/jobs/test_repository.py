@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from app.jobs import repository as repo
+from app.jobs import webhook_repo
 from app.store.job_tables import AuditJob
 from app.store import Database
 from app.store.base import utcnow
@@ -191,9 +192,9 @@ def test_webhook_attempt_is_leased_once(db):
     row = _row(db, job_id)
     assert row.webhook_status == "pending" and row.webhook_next_at is not None
     with db.session() as s:
-        due = dict(repo.due_webhooks(s, 100))
+        due = dict(webhook_repo.due_webhooks(s, 100))
         assert due[job_id] == 0
-        wins = [repo.lease_webhook(s, job_id, 0, 30) for _ in range(3)]
+        wins = [webhook_repo.lease_webhook(s, job_id, 0, 30) for _ in range(3)]
     assert wins == [True, False, False]
 
 
