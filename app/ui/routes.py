@@ -36,23 +36,10 @@ STATIC_VERSION = "2"  # bump with every change of app/ui/static/*: the files are
 STATIC = {f"ui.{STATIC_VERSION}.css": "text/css; charset=utf-8", f"ui.{STATIC_VERSION}.js": "text/javascript; charset=utf-8"}
 MAX_FORM_BYTES = 256 * 1024
 
-def _when(iso: str) -> str:
-    """An ISO timestamp as people read it: '2026-11-26 13:05:12 UTC' (no microseconds, no offset noise)."""
-    from datetime import datetime, timezone
-
-    try:
-        t = datetime.fromisoformat(iso)
-    except ValueError:
-        return iso[:19].replace("T", " ")
-    if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc)
-    return t.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
-
-
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.globals.update(static_version=STATIC_VERSION, version=__version__)
 templates.env.filters["fmt"] = lambda v, p=4: "—" if v is None else (f"{v:.{p}g}" if isinstance(v, float) else str(v))
-templates.env.filters["when"] = lambda v: "—" if not v else _when(str(v))
+templates.env.filters["when"] = lambda v: "—" if not v else views.when(str(v))
 templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=False)
 
 router = APIRouter(route_class=JSONRoute, prefix="/ui", include_in_schema=False)

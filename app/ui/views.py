@@ -281,3 +281,16 @@ def burn_down(budget: dict[str, Any], entries: list[dict[str, Any]], created_at:
         xlim=(0.0, span / scale), ylim=(0.0, total * 1.05), hlines=[(total, f"budget ε = {total:.4g}")],
         legend_at="bottom-right")
     return svg
+
+
+def when(iso: str) -> str:
+    """An ISO timestamp as people read it: '2026-11-26 13:05:12 UTC' (no microseconds, no offset noise)."""
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso[:19].replace("T", " ")
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S") + " UTC"

@@ -87,7 +87,7 @@ def test_the_reference_line_is_named_in_the_top_margin_where_no_bar_reaches():
 
 
 def test_timestamps_read_as_utc_seconds():
-    from app.ui.routes import _when
+    from app.ui.views import when as _when
 
     assert _when("2026-11-26T13:05:12.123456+00:00") == "2026-11-26 13:05:12 UTC"
     assert _when("2026-11-26T14:05:12.5+01:00") == "2026-11-26 13:05:12 UTC"
