@@ -22,15 +22,15 @@ def client(database_url, lm, embedder):
 
 @pytest.mark.parametrize("threat_model", ["black-box", "both"])
 def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, threat_model):
-    """The real esa mechanism on the bundled models, claim 0.5, alternative non_private, cap 16: the
+    """The real esa mechanism on the bundled models, claim 0.5, alternative non_private, cap 8: the
     job stops at a verdict (the e-value crossing 1/alpha), and the result carries the trials used,
     the e-values, the design model's laws and the note that they are assumed. Black-box no pass within
-    the cap although the alternative's e-value crossed 1/alpha (it does at trial 10 with this seed): a
-    black-box pass waits for the design-model check's 35 pairs (without that wait this job passes at
-    trial 10, measured); white-box (threat_model "both", the default) esa's reported noise (384 MiniLM
+    the cap although the alternative's e-value crossed 1/alpha (~4e7 at the cap with this seed): a
+    black-box pass waits for the design-model check's 35 pairs (without that wait this job passed at
+    trial 10 with the cap at 16, measured); white-box (threat_model "both", the default) esa's reported noise (384 MiniLM
     coordinates per answer, noisy - clean mean) passes after one pair, every release the candidate
     nearest the noisy mean in the auditor's own MiniLM embedding."""
-    job = submit(client, "canary_mia", {**SEQ, "trials": 16, "threat_model": threat_model,
+    job = submit(client, "canary_mia", {**SEQ, "trials": 8, "threat_model": threat_model,
                                         "power": {"alternatives": ["non_private"]}})
     j = wait_job(client, job["id"], timeout=900)
     assert j["status"] == "succeeded", j
@@ -40,14 +40,14 @@ def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, t
           seq["y1_with"], seq["y1_without"], f"{seq['seconds']:.1f}s")
     assert r["mode"] == "sequential" and r["task"] == "generation"
     assert j["verdict"] == seq["verdict"] and j["verdict_reason"] == seq["reason"]
-    assert 0 < seq["trials"] == r["model_calls"] == r["target_calls"] <= 16 and seq["cap"] == 16
+    assert 0 < seq["trials"] == r["model_calls"] == r["target_calls"] <= 8 and seq["cap"] == 8
     assert seq["claimed_epsilon"] == pytest.approx(0.5, rel=1e-6) and seq["vote_model"] == "assumed"
     assert set(seq["e_alternatives"]) == {"non_private"} and seq["laws"]["non_private"] == {"positive": [1.0, 0.0]}
     assert seq["e_violation"] > 0 and seq["history"][-1]["trials"] == seq["trials"]
     assert any("design model" in n for n in seq["notes"])
     if threat_model == "black-box":
         # A black-box pass rests on the design model: it waits for the pairs a test of the claimed law
-        # needs (gen_sequential.DesignModelCheck), more than this cap of 8 pairs; the alternative itself is
+        # needs (gen_sequential.DesignModelCheck), more than this cap of 4 pairs; the alternative itself is
         # rejected within the cap, so the wait is what withholds the pass
         assert j["verdict"] == "inconclusive", j["verdict_reason"]
         assert seq["e_alternatives"]["non_private"] >= 20, seq["e_alternatives"]
