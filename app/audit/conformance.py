@@ -234,7 +234,9 @@ def release_floor(released_index: Sequence[int], labels: Sequence[str], noise: V
     floor = min_release_probability(noise, partitions)
     k = release_floor_threshold(noise, partitions, n, confidence=confidence)
     counts = [int(np.count_nonzero(rel == i)) for i in range(2)]
-    findings = [f"label {labels[i]!r} released {c} of {n} times; with {partitions} partitions and the claimed "
+    # A label by its index in the query's labels (the result's attack.labels), never its text: a label may be
+    # caller text (a generation record's output, a label that is not a declared class label).
+    findings = [f"the query's label {i} (of 0, 1) released {c} of {n} times; with {partitions} partitions and the claimed "
                 f"{noise.kind} noise (scale {noise.scale:.4g}) every call releases it with probability >= "
                 f"{floor:.3g}, so fewer than {k} releases has probability <= {alpha / 2:.2g}: the releases are "
                 "too deterministic for the claimed noise" for i, c in enumerate(counts) if c < k]

@@ -64,3 +64,16 @@ def test_a_server_made_canary_is_shown_with_the_query_as_sent():
     view, names = public_attack(a, query="signal_text", caller_text=False, class_labels=[], key=KEY)
     assert view["query"] == a.query and view["canary"]["text"] == c.text == view["canary"]["label"]
     assert view["labels"] == list(a.labels) and not names  # the default signal pair is public
+
+
+def test_the_release_floor_names_a_label_by_its_index_never_its_text():
+    """The floor's finding goes into the verdict reason; a two-label query's label may be caller text (a
+    label that is not a declared class label): the finding names the index of the result's attack.labels."""
+    from app.audit.conformance import release_floor
+    from app.audit.noise import rnm_noise
+
+    noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 5, "shots_per_partition": 2}, 10)
+    r = release_floor([1] * 200, ["PRIVATE-canary-label-7f3", "PRIVATE-other-label-9c1"], noise, 5)
+    assert not r.conformant and len(r.findings) == 1
+    assert "PRIVATE" not in json.dumps(r.to_dict())
+    assert r.findings[0].startswith("the query's label 0 (of 0, 1) released 0 of 200 times")
