@@ -421,6 +421,12 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
         notes.append("the alternatives' release probabilities use the one-vote design model (tight-auditing Lemma "
                      "3.1; the target reports no clean votes): a pass says the target is not the alternative as "
                      "that model predicts it")
+    untested = [a for a in ALTERNATIVES if a != "claimed" and a not in alternatives]
+    if verdict == "pass" and untested:  # what a pass does not show (docs/audit.md, "Hard to catch black-box")
+        notes.append(f"a pass rules out the required alternatives only: {', '.join(untested)} were not tested (add "
+                     "them to power.alternatives)" + ("; winner-only noise moves release rates by a few points, so "
+                     "black-box it needs many times the trials of this pass (white-box sees it in one answer)"
+                     if "winner_only" in untested and main.noise_ev is None else ""))
     if pr is not None and pr.trials:
         notes.append(f"a one-partition probe drew {pr.trials} trials first ({pr.trials} model calls), weight "
                      f"{w_probe:g} in the violation e-value")

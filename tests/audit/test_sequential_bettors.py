@@ -128,3 +128,28 @@ def test_winner_only_noise_is_a_violation_black_box_by_the_floor_of_the_no_canar
         assert "release_floor_0" in r.reason or r.e_components["release_floor_0"] >= 20 * 0.45
     ok = _winner_only_audit(0, None)
     assert ok.verdict == "pass", ok.reason
+    assert not any("were not tested" in n and "winner_only" in n for n in ok.notes)
+
+
+def test_a_pass_says_which_alternatives_it_did_not_test():
+    """With the default alternatives a black-box pass does not rule out winner-only noise (~800 prompts at the
+    best design, a pass after ~150): the result says so, and what to add."""
+    noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 5, "shots_per_partition": 2}, N)
+    sim = SimulatedVotingTarget([1.0, 4.0], [0.0, 5.0], noise)
+
+    class BlackBox:
+        white_box = False
+        name = "black-box"
+
+        def __getattr__(self, key):
+            return getattr(sim, key)
+
+        def observe(self, context, attack, rng):
+            return Observation(sim.observe(context, attack, rng).label)
+
+    r = run_sequential(BlackBox(), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=5,
+                       alternatives=["noise_quarter", "no_noise"], alpha=0.05, cap=2000, rng=np.random.default_rng(3))
+    assert r.verdict == "pass", r.reason
+    note = next(n for n in r.notes if "were not tested" in n)
+    assert "noise_half, winner_only were not tested" in note and "power.alternatives" in note
+    assert "black-box it needs many times the trials" in note
