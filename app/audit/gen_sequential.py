@@ -62,7 +62,8 @@ import numpy as np
 
 from app.audit.gen_model_check import MODEL_CHECK_DELTA, fits, pairs_needed
 from app.audit.gen_noise import TOKEN, noise_finding, observe_noise, white_box_evidence, white_box_gap
-from app.audit.gen_power import GEN_MODEL_NOTE, GenerationDesign, alternative_release, alternative_ties
+from app.audit.gen_power import (GEN_ALTERNATIVES, GEN_MODEL_NOTE, GenerationDesign, alternative_release,
+                                  alternative_ties)
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.power import DEFAULT_MIN_DETECTION
 from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult,
@@ -320,6 +321,10 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     elif check is not None and verdict == "inconclusive" and pairs < min_pairs:
         notes.append(f"a black-box pass waits for {min_pairs} pairs, what a test of the claimed law needs to see a "
                      f"shift of {MODEL_CHECK_DELTA:g} in a share of y1 at level {alpha:g}")
+    untested = [a for a in GEN_ALTERNATIVES if a != "claimed" and a not in alternatives]
+    if verdict == "pass" and untested:  # what a pass does not show
+        notes.append(f"a pass rules out the required alternatives only: {', '.join(untested)} were not tested (add "
+                     "them to power.alternatives)")
     if noise is not None and not read:
         notes.append("white-box: the target reported no clean and noisy statistic (internals missing): black-box only")
     if noise is not None and noise.impossible:

@@ -104,7 +104,10 @@ def test_correct_mechanism_false_violations_within_level_and_it_passes(mech):
     assert v.count("pass") / RUNS > 0.95, {k: v.count(k) for k in set(v)}
     assert np.mean([r.trials for r in res]) < 100
     r = res[0]
-    assert r.vote_model == "assumed" and r.notes == [ASSUMED_NOTE] and r.design["mechanism"] == mech
+    assert r.vote_model == "assumed" and r.notes[0] == ASSUMED_NOTE and r.design["mechanism"] == mech
+    # a pass says what it did not test: the alternatives not required (default: noise_half, noise_quarter)
+    assert r.notes[1:] == ["a pass rules out the required alternatives only: noise_half, noise_quarter were not "
+                           "tested (add them to power.alternatives)"], r.notes
     assert f"after {r.trials} trials" in r.reason and set(r.e_alternatives) == set(REQUIRED)
 
 
