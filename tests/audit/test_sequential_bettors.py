@@ -27,54 +27,51 @@ def _limit(level: float, runs: int) -> float:
     return level + 3.0 * math.sqrt(level * (1.0 - level) / runs)
 
 
+ALPHA, RUNS = 0.1, 2000
+
+
+def _crossing_rate(make, step, trials: int, seed: int) -> float:
+    """The share of RUNS paths on which a fresh process (``make()``) reaches 1/ALPHA within ``trials`` trials,
+    ``step(process, t, rng)`` feeding trial t."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(RUNS):
+        p = make()
+        for t in range(trials):
+            step(p, t, rng)
+            if p.e >= 1 / ALPHA:
+                hits += 1
+                break
+    return hits / RUNS
+
+
 @pytest.mark.parametrize("side,m,b0", [(+1, 0.3, 0.0), (-1, 0.2514, 0.6), (+1, 0.05, 0.6)])
 def test_ons_grid_mix_is_a_test_supermartingale_at_its_null(side, m, b0):
     """Y ~ Bernoulli(m) exactly at the null: P(sup e >= 1/alpha) <= alpha over 2000 paths of 150 trials."""
-    rng = np.random.default_rng(7)
-    alpha, runs = 0.1, 2000
-    hits = 0
-    for _ in range(runs):
-        p = OnsGridMix(side, b0)
-        for y in rng.random(150) < m:
-            p.update(float(y), m)
-            if p.e >= 1 / alpha:
-                hits += 1
-                break
-    assert hits / runs <= _limit(alpha, runs), hits
+    rate = _crossing_rate(lambda: OnsGridMix(side, b0), lambda p, t, rng: p.update(float(rng.random() < m), m), 150, 7)
+    assert rate <= _limit(ALPHA, RUNS), rate
 
 
 def test_ons_grid_mix_per_trial_direction_holds_the_directional_null():
     """The alternatives' use: each trial's direction is set before it (side +1 or -1 alternating) and
     the mean sits at the bound both ways: still a test supermartingale."""
-    rng = np.random.default_rng(8)
-    alpha, runs, m = 0.1, 2000, 0.4
-    hits = 0
-    for _ in range(runs):
-        p = OnsGridMix(+1)
-        for t, y in enumerate(rng.random(150) < m):
-            p.update(float(y), m, +1 if t % 2 else -1)
-            if p.e >= 1 / alpha:
-                hits += 1
-                break
-    assert hits / runs <= _limit(alpha, runs), hits
+    m = 0.4
+    rate = _crossing_rate(lambda: OnsGridMix(+1),
+                          lambda p, t, rng: p.update(float(rng.random() < m), m, +1 if t % 2 else -1), 150, 8)
+    assert rate <= _limit(ALPHA, RUNS), rate
 
 
 def test_split_betting_is_a_test_supermartingale_when_every_kind_holds_the_null():
     """Two kinds of trial, one at the bound and one well inside it (the winner-only floor's canary
     trials): the product stays below 1/alpha on all but <= alpha of 2000 paths."""
-    rng = np.random.default_rng(9)
-    alpha, runs, m = 0.1, 2000, 0.2514
-    hits = 0
-    for _ in range(runs):
-        p = SplitBetting(-1, 0.6)
-        for t in range(200):
-            kind = bool(t % 2)
-            y = rng.random() < (m if kind else 0.35)  # H0: E[Y] >= m on every trial
-            p.update(float(y), m, kind)
-            if p.e >= 1 / alpha:
-                hits += 1
-                break
-    assert hits / runs <= _limit(alpha, runs), hits
+    m = 0.2514
+
+    def step(p, t, rng):
+        kind = bool(t % 2)
+        p.update(float(rng.random() < (m if kind else 0.35)), m, kind)  # H0: E[Y] >= m on every trial
+
+    rate = _crossing_rate(lambda: SplitBetting(-1, 0.6), step, 200, 9)
+    assert rate <= _limit(ALPHA, RUNS), rate
 
 
 def test_the_grid_bounds_the_loss_where_the_null_holds_strictly():
@@ -97,7 +94,8 @@ def test_the_grid_bounds_the_loss_where_the_null_holds_strictly():
     assert grow.e > 1e3
 
 
-def _winner_only_audit(seed: int, bug):
+def _black_box_audit(seed: int, bug, alternatives=("noise_quarter", "no_noise", "winner_only")):
+    """A sequential audit (claim 1, 5 partitions x 2 shots) of simulated rnm with ``bug``, seen black-box."""
     noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 5, "shots_per_partition": 2}, N)
     sim = SimulatedVotingTarget([1.0, 4.0], [0.0, 5.0], noise.with_bug(bug))
 
@@ -112,8 +110,7 @@ def _winner_only_audit(seed: int, bug):
             return Observation(sim.observe(context, attack, rng).label)
 
     return run_sequential(BlackBox(), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=5,
-                          alternatives=["noise_quarter", "no_noise", "winner_only"], alpha=0.05, cap=2000,
-                          rng=np.random.default_rng(seed))
+                          alternatives=list(alternatives), alpha=0.05, cap=2000, rng=np.random.default_rng(seed))
 
 
 def test_winner_only_noise_is_a_violation_black_box_by_the_floor_of_the_no_canary_trials():
@@ -123,10 +120,10 @@ def test_winner_only_noise_is_a_violation_black_box_by_the_floor_of_the_no_canar
     < 0.1); the floor bet per kind of trial reaches the violation within the cap. A correct target with
     the same required alternatives passes (winner_only rejected) and is never a violation here."""
     for seed in (0, 1, 2):
-        r = _winner_only_audit(seed, "winner_only")
+        r = _black_box_audit(seed, "winner_only")
         assert r.verdict == "violation", r.reason
         assert "release_floor_0" in r.reason or r.e_components["release_floor_0"] >= 20 * 0.45
-    ok = _winner_only_audit(0, None)
+    ok = _black_box_audit(0, None)
     assert ok.verdict == "pass", ok.reason
     assert not any("were not tested" in n and "winner_only" in n for n in ok.notes)
 
@@ -134,21 +131,7 @@ def test_winner_only_noise_is_a_violation_black_box_by_the_floor_of_the_no_canar
 def test_a_pass_says_which_alternatives_it_did_not_test():
     """With the default alternatives a black-box pass does not rule out winner-only noise (~800 prompts at the
     best design, a pass after ~150): the result says so, and what to add."""
-    noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 5, "shots_per_partition": 2}, N)
-    sim = SimulatedVotingTarget([1.0, 4.0], [0.0, 5.0], noise)
-
-    class BlackBox:
-        white_box = False
-        name = "black-box"
-
-        def __getattr__(self, key):
-            return getattr(sim, key)
-
-        def observe(self, context, attack, rng):
-            return Observation(sim.observe(context, attack, rng).label)
-
-    r = run_sequential(BlackBox(), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=5,
-                       alternatives=["noise_quarter", "no_noise"], alpha=0.05, cap=2000, rng=np.random.default_rng(3))
+    r = _black_box_audit(3, None, alternatives=("noise_quarter", "no_noise"))
     assert r.verdict == "pass", r.reason
     note = next(n for n in r.notes if "were not tested" in n)
     assert "noise_half, winner_only were not tested" in note and "power.alternatives" in note

@@ -4,6 +4,7 @@ two tenants, and a cookie-handling HTTP client for its pages."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from http.cookies import SimpleCookie
 
 import httpx
@@ -65,30 +66,41 @@ class UIClient:
         self.http.close()
 
 
-@pytest.fixture(scope="module", params=DB_KINDS)
-def keyed_server(request, tmp_path_factory, pg_databases):
-    """A server that requires keys; tenants A (audit+admin), B (audit+admin), A-infer (infer only)."""
+@contextmanager
+def keyed_live_server(url: str, keys: dict[str, tuple[str, list[str]]], models: dict | None = None, **settings_overrides):
+    """A live server that requires keys, on the database at ``url`` (migrated here), its in-process runner
+    running the jobs. ``keys``: name -> (tenant id, scopes); the server's ``keys`` maps each name to its key."""
     from app.api.auth import create_key
     from app.api.main import create_app
     from app.runtime import Runtime
     from app.store import migrate
 
-    url = make_database_url(request.param, tmp_path_factory, pg_databases)
     migrate.upgrade(url)
-    settings = job_settings(url, auth_mode="required", secrets_key=SECRETS_KEY)
-    rt = Runtime.create(settings)
-    keys = {}
+    settings = job_settings(url, auth_mode="required", **settings_overrides)
+    rt = Runtime.create(settings, models=models)
     with rt.db.session() as s:
-        keys["A"], _ = create_key(s, tenant_id="tenant-a", name="a", scopes=["audit", "admin"])
-        keys["B"], _ = create_key(s, tenant_id="tenant-b", name="b", scopes=["audit", "admin"])
-        keys["A-infer"], _ = create_key(s, tenant_id="tenant-a", name="a-infer", scopes=["infer"])
+        made = {name: create_key(s, tenant_id=tenant, name=name.lower(), scopes=scopes)[0]
+                for name, (tenant, scopes) in keys.items()}
         s.commit()
     srv = LiveServer(create_app(settings, runtime=rt), free_port())
     srv.start()
-    srv.runtime, srv.keys, srv.db_kind = rt, keys, request.param
-    yield srv
-    srv.stop()
-    rt.close()
+    srv.runtime, srv.keys = rt, made
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        rt.close()
+
+
+@pytest.fixture(scope="module", params=DB_KINDS)
+def keyed_server(request, tmp_path_factory, pg_databases):
+    """A server that requires keys; tenants A (audit+admin), B (audit+admin), A-infer (infer only)."""
+    url = make_database_url(request.param, tmp_path_factory, pg_databases)
+    keys = {"A": ("tenant-a", ["audit", "admin"]), "B": ("tenant-b", ["audit", "admin"]),
+            "A-infer": ("tenant-a", ["infer"])}
+    with keyed_live_server(url, keys, secrets_key=SECRETS_KEY) as srv:
+        srv.db_kind = request.param
+        yield srv
 
 
 @pytest.fixture

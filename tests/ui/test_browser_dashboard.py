@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, free_port, make_database_url
-from tests.jobs.conftest import job_settings
+from tests.conftest import make_database_url
+from tests.ui.conftest import keyed_live_server
 
 CHROMIUM = os.environ.get("DPICL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -49,25 +49,10 @@ AUDIT_CONFIG = {"target": {"type": "simulated", "params": {"epsilon": 1.0, "delt
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, pg_databases, lm):
-    from app.api.auth import create_key
-    from app.api.main import create_app
-    from app.runtime import Runtime
-    from app.store import migrate
-
     url = make_database_url("sqlite", tmp_path_factory, pg_databases)
-    migrate.upgrade(url)
-    settings = job_settings(url, auth_mode="required", allow_seeded_noise=True)
-    rt = Runtime.create(settings, models={lm.name: lm})
-    with rt.db.session() as s:
-        keys = {t: create_key(s, tenant_id=f"tenant-{t.lower()}", name=t, scopes=["audit", "admin", "infer"])[0]
-                for t in ("A", "B")}
-        s.commit()
-    srv = LiveServer(create_app(settings, runtime=rt), free_port())
-    srv.start()
-    srv.keys = keys
-    yield srv
-    srv.stop()
-    rt.close()
+    keys = {t: (f"tenant-{t.lower()}", ["audit", "admin", "infer"]) for t in ("A", "B")}
+    with keyed_live_server(url, keys, {lm.name: lm}, allow_seeded_noise=True) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

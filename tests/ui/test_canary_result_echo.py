@@ -23,10 +23,10 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import cli
-from tests.conftest import DB_KINDS, LiveServer, free_port, make_database_url
-from tests.jobs.conftest import job_settings, submit, wait_for, wait_job
+from tests.conftest import DB_KINDS, make_database_url
+from tests.jobs.conftest import submit, wait_for, wait_job
 from tests.jobs.test_webhooks import Receiver
-from tests.ui.conftest import CANARY, SECRETS_KEY, UIClient
+from tests.ui.conftest import CANARY, SECRETS_KEY, UIClient, keyed_live_server
 
 EXEMPLARS = [{"input": f"customer ticket {i} about the {w} refund", "output": "yes" if i % 2 else "no"}
              for i, w in enumerate(("late", "broken", "double", "missing", "partial", "lost", "odd", "early"))]
@@ -37,24 +37,11 @@ ESA = {"type": "mechanism", "mechanism": "esa",
 
 @pytest.fixture(scope="module", params=DB_KINDS)
 def server(request, tmp_path_factory, pg_databases, lm, embedder):
-    from app.api.auth import create_key
-    from app.api.main import create_app
-    from app.runtime import Runtime
-    from app.store import migrate
-
     url = make_database_url(request.param, tmp_path_factory, pg_databases)
-    migrate.upgrade(url)
-    settings = job_settings(url, auth_mode="required", secrets_key=SECRETS_KEY)
-    rt = Runtime.create(settings, models={lm.name: lm, embedder.name: embedder})
-    with rt.db.session() as s:
-        key, _ = create_key(s, tenant_id="tenant-a", name="a", scopes=["audit", "admin"])
-        s.commit()
-    srv = LiveServer(create_app(settings, runtime=rt), free_port())
-    srv.start()
-    srv.key = key
-    yield srv
-    srv.stop()
-    rt.close()
+    with keyed_live_server(url, {"A": ("tenant-a", ["audit", "admin"])}, {lm.name: lm, embedder.name: embedder},
+                           secrets_key=SECRETS_KEY) as srv:
+        srv.key = srv.keys["A"]
+        yield srv
 
 
 def _api(server):
