@@ -41,6 +41,12 @@ SCALE_DOWN = (0.5, 0.25, 0.1)  # the violation mixture's scaled-down noises
 _LAWS = ("gaussian", "laplace", "gumbel")
 
 
+def payoff(y: float, m: float, side: int) -> float:
+    """A bet's payoff u = side (y - m) / r against the bound m, with r the most it can lose (m for
+    ``side=+1``, 1 - m for -1; at least 1e-3), so u >= -1: every bettor here multiplies by 1 + b u."""
+    return side * (y - m) / max(m if side > 0 else 1.0 - m, 1e-3)
+
+
 class BettingEProcess:
     """Wealth of a bettor against H0: E[Y_t | past, m_t] <= m_t (``side=+1``) or >= m_t (``side=-1``),
     Y_t in [0, 1]. Payoff u = side (y - m) / r with r the most a bet can lose (m or 1 - m), so
@@ -64,8 +70,7 @@ class BettingEProcess:
         side = self.side if side is None else side
         if side == 0:
             return
-        r = max(m if side > 0 else 1.0 - m, 1e-3)
-        u = side * (y - m) / r
+        u = payoff(y, m, side)
         self.log_wealth = min(_LOG_MAX, self.log_wealth + math.log1p(self.b * u))
         z = -u / (1.0 + self.b * u)  # d/db of -log(1 + b u): ONS step on the betting fraction
         self.a += z * z
@@ -94,13 +99,13 @@ class OnsGridMix:
         if side == 0:
             return
         self.ons.update(y, m, side)
-        r = max(m if side > 0 else 1.0 - m, 1e-3)
-        u = side * (y - m) / r
+        u = payoff(y, m, side)
         self.log_grid = [min(_LOG_MAX, lw + math.log1p(b * u)) for lw, b in zip(self.log_grid, GRID)]
 
     @property
     def log_wealth(self) -> float:
-        grid = max(self.log_grid) + math.log(sum(math.exp(x - max(self.log_grid)) for x in self.log_grid) / len(GRID))
+        top_grid = max(self.log_grid)
+        grid = top_grid + math.log(sum(math.exp(x - top_grid) for x in self.log_grid) / len(GRID))
         top = max(self.ons.log_wealth, grid)
         return top + math.log(ONS_SHARE * math.exp(self.ons.log_wealth - top) + (1.0 - ONS_SHARE) * math.exp(grid - top))
 
@@ -154,12 +159,11 @@ class PlugInMix:
     def update(self, y: float, m: float, p: float) -> None:
         side = self.ons.side
         self.ons.update(y, m)
-        r = max(m if side > 0 else 1.0 - m, 1e-3)
-        u1, u0 = side * (1.0 - m) / r, side * (0.0 - m) / r  # payoffs of y = 1, y = 0
+        u1, u0 = payoff(1.0, m, side), payoff(0.0, m, side)  # payoffs of y = 1, y = 0
         b = 0.0
         if u1 * u0 < 0.0:  # Kelly for a two-point payoff: argmax p ln(1 + b u1) + (1 - p) ln(1 + b u0)
             b = min(B_MAX, max(0.0, -(p * u1 + (1.0 - p) * u0) / (u1 * u0)))
-        u = side * (y - m) / r
+        u = payoff(y, m, side)
         self.log_plug = min(_LOG_MAX, self.log_plug + math.log1p(b * u))
 
     @property
