@@ -30,7 +30,7 @@ def job_resource(job: AuditJob, artifacts: list[dict[str, Any]], settings: Setti
     """``settings``: the server's (its DPICL_SECRETS_KEY keys the summaries' digests); ``with_config=False``
     leaves the config out (a listing: it never reads the column, which list_jobs may not have loaded)."""
     url = job_url(job.id)
-    out = {
+    return {
         "id": job.id,
         "object": "audit.job",
         "url": url,
@@ -38,7 +38,7 @@ def job_resource(job: AuditJob, artifacts: list[dict[str, Any]], settings: Setti
         "status": job.status,
         "progress": {"fraction": round(float(job.progress or 0.0), 6), "message": job.progress_message},
         # credentials of audited targets and inline texts (exemplars, canary texts...) are never returned
-        "config": public_config(job.kind, job.config, settings) if with_config else None,
+        **({"config": public_config(job.kind, job.config, settings)} if with_config else {}),
         "claimed_epsilon": job.claimed_epsilon,
         "claimed_delta": job.claimed_delta,
         "verdict": job.verdict,
@@ -59,9 +59,6 @@ def job_resource(job: AuditJob, artifacts: list[dict[str, Any]], settings: Setti
             else None
         ),
     }
-    if not with_config:
-        del out["config"]
-    return out
 
 
 def load_resource(session, job_id: str, tenant_id: str | None = "default",
