@@ -168,20 +168,43 @@ def conformance_power(noise_kind: str, residuals: int, multiplier: float, *, con
 # ---------------------------------------------------------------------------
 
 
-def min_release_probability(noise: VotingNoise, partitions: int) -> float:
-    """The least probability with which report-noisy-max over TWO labels releases a given label,
-    over every vote split of T partitions: the margin against it is at most T, so
-    P(release l) >= P(z_l - z_o > T) for the claimed noise (z i.i.d.). Closed forms of the
-    difference of two i.i.d. draws: Gaussian N(0, 2 s^2) -> Phi(-T / (s sqrt 2)); Laplace(b) ->
-    e^(-T/b) (1 + T/(2b)) / 2; Gumbel(b) -> logistic(0, b): 1 / (1 + e^(T/b))."""
-    s, t = float(noise.scale), float(partitions)
-    if noise.kind == "gaussian":
-        return float(stats.norm.sf(t / (s * math.sqrt(2.0))))
-    if noise.kind == "laplace":
-        return float(0.5 * math.exp(-t / s) * (1.0 + t / (2.0 * s)))
+def min_release_probability(noise: VotingNoise, partitions: int, labels: int = 2) -> float:
+    """The least probability with which report-noisy-max over ``labels`` labels releases a given
+    label, over every vote split of T partitions (the claimed noise z i.i.d. on every label).
+
+    P(j released | votes v) = E_z[prod_{i != j} F(z - v_i + v_j)] with z ~ f, F the noise's law. It
+    falls as votes move from j to any other label, and it is log-concave in v (f and F are log-concave
+    for Gaussian, Laplace and Gumbel noise; Prekopa: a log-concave integrand's marginal is log-concave),
+    so quasi-concave: over the simplex of the T votes its least value is at a vertex, all T votes on
+    one other label: floor = E_z[F(z - T) F(z)^(k - 2)]. Two labels, closed forms of the difference
+    of two i.i.d. draws: Gaussian N(0, 2 s^2) -> Phi(-T / (s sqrt 2)); Laplace(b) ->
+    e^(-T/b) (1 + T/(2b)) / 2; Gumbel(b) -> logistic(0, b): 1 / (1 + e^(T/b)). Gumbel, any k (the
+    Gumbel-max trick: a softmax of v/b): 1 / (e^(T/b) + k - 1). Gaussian and Laplace, k > 2: the
+    one-dimensional integral by adaptive quadrature (scipy ``quad``, absolute error <= 1e-12)."""
+    s, t, k = float(noise.scale), float(partitions), int(labels)
+    if k < 2:
+        raise ValueError("the release floor needs >= 2 labels")
     if noise.kind == "gumbel":
-        return float(stats.logistic.sf(t / s))
-    raise ValueError(f"unknown noise {noise.kind!r}")
+        return float(stats.logistic.sf(t / s)) if k == 2 else float(1.0 / (math.exp(min(t / s, 700.0)) + k - 1))
+    if noise.kind == "gaussian":
+        if k == 2:
+            return float(stats.norm.sf(t / (s * math.sqrt(2.0))))
+        law: Any = stats.norm(0.0, s)
+    elif noise.kind == "laplace":
+        if k == 2:
+            return float(0.5 * math.exp(-t / s) * (1.0 + t / (2.0 * s)))
+        law = stats.laplace(0.0, s)
+    else:
+        raise ValueError(f"unknown noise {noise.kind!r}")
+    from scipy import integrate
+
+    def integrand(z: float) -> float:
+        return float(law.pdf(z) * law.cdf(z - t) * law.cdf(z) ** (k - 2))
+
+    # the integrand lives where z is above T - a few scales and below a few scales past it
+    lo, hi = -40.0 * s, t + 40.0 * s
+    val, _ = integrate.quad(integrand, lo, hi, points=[0.0, t], epsabs=1e-12, epsrel=1e-10, limit=200)
+    return float(min(max(val, 0.0), 1.0 / k))
 
 
 @dataclass

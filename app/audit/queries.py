@@ -212,6 +212,27 @@ def resolve_query(
     return AttackQuery(s.name, text, tuple(labels), pos, neg, s.instruction, canary)
 
 
+DECOY_PREFIX = "decoy"
+
+
+def with_decoys(labels: Sequence[str], n: int) -> list[str]:
+    """``labels`` followed by ``n`` decoy labels that no exemplar carries ("decoy 1", ...; a name already
+    among the labels gets a suffix). A correct report-noisy-max noises every label it votes over, so each
+    decoy is released at least at the release floor whatever the votes; an implementation that noises
+    only the winner (or only labels with exemplars) never releases them: black-box, decoys turn those
+    bugs into gross violations of the claim (docs/audit.md, "Decoy labels")."""
+    out = list(labels)
+    taken = set(out)
+    for i in range(1, int(n) + 1):
+        name, j = f"{DECOY_PREFIX} {i}", 1
+        while name in taken:
+            j += 1
+            name = f"{DECOY_PREFIX} {i}.{j}"
+        out.append(name)
+        taken.add(name)
+    return out
+
+
 # The template fields brainwash's repeated demonstrations are rendered with, and their defaults.
 TEMPLATE_DEFAULTS = {"input_prefix": "Input: ", "output_prefix": "Label:", "separator": "\n\n",
                      "io_separator": "\n", "label_prefix": " "}

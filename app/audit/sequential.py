@@ -12,11 +12,13 @@ looks after every batch and stops when it likes.
   - "both right" (per pair, X = 1[canary label released | in] x 1[other label | out]): under
     (epsilon, delta)-DP E[X] <= p0^2 for ANY model and vote split (``eprocess.max_both_right``);
   - the pair accuracy (1[in right] + 1[out right]) / 2 <= p0 = (e^eps + delta) / (1 + e^eps);
-  - for two-label ``rnm`` queries the release floor (``conformance.min_release_probability``):
-    every label's release frequency >= floor whatever the votes, bet on per label with a fraction
-    learned per kind of trial, with and without the canary (``eprocess.SplitBetting``: winner-only
-    noise is below the floor without the canary and above it with it); on the probe, its pair form:
-    both right <= (1 - floor)^2;
+  - for ``rnm`` queries the release floor (``conformance.min_release_probability``): every label's
+    release frequency >= floor whatever the votes, bet on per label with a fraction learned per kind
+    of trial, with and without the canary (``eprocess.SplitBetting``: winner-only noise is below the
+    floor without the canary and above it with it); with k > 2 labels also their sum: a release
+    other than the most released label so far has probability >= (k - 1) x floor (labels that no
+    exemplar carries, *decoys*, make winner-only noise a gross violation: it never noises them); on
+    the probe, its pair form: both right <= (1 - (k - 1) floor)^2;
   - where the target reports clean and noisy scores (white-box), the noise itself
     (``eprocess.NoiseEvidence``: scaled-down likelihood ratios, events of probability 0).
 * **Pass**: every required alternative (``app.audit.power.ALTERNATIVES``) rejected at
@@ -73,7 +75,7 @@ DEFAULT_CAP = 10_000  # trials, for trials "auto"
 PROBE_MIN_PAIRS = 4
 PROBE_MAX_PAIRS = 64
 PROBE_WEIGHT = 0.1
-# A pass on a two-label design with a release floor also needs every label shown released at a rate
+# A pass on a design with a release floor also needs every label shown released at a rate
 # above SPREAD x the floor: the claimed noise releases each label with probability >= floor whatever the
 # votes, so a (near-)deterministic release -- a label never released, e.g. a label-mapping bug behind
 # no noise, outside the noise-multiplier alternatives -- can then never pass before the floor test sees it.
@@ -137,24 +139,43 @@ class _Alternative:
         self.ties = TIES if (self.noise.applied_scale == 0.0 or self.noise.winner_only) else TIES[:1]
         self.positive, self.draws = positive, draws
         self.procs = {t: OnsGridMix(+1) for t in self.ties}
-        self._mu: dict[tuple[str, tuple[float, ...]], float] = {}
+        self._mu: dict[tuple[int, str, tuple[float, ...]], float] = {}
 
-    def mu(self, votes: np.ndarray, tie: str, claimed: bool = False) -> float:
-        key = ("claimed" if claimed else tie, tuple(float(x) for x in votes))
+    def mu(self, votes: np.ndarray, tie: str, claimed: bool = False, label: int | None = None) -> float:
+        """P(release ``label`` (default: the positive) | votes) under the alternative (or the claim)."""
+        lab = self.positive if label is None else int(label)
+        key = (lab, "claimed" if claimed else tie, tuple(float(x) for x in votes))
         if key not in self._mu:
             noise = self.claimed if claimed else self.noise
-            self._mu[key] = float(release_probability(noise, votes, self.positive, ties=tie, draws=self.draws)[0])
+            self._mu[key] = float(release_probability(noise, votes, lab, ties=tie, draws=self.draws)[0])
         return self._mu[key]
 
-    def update(self, released_positive: float, votes: np.ndarray) -> None:
+    def update(self, released: int, votes: np.ndarray) -> None:
+        """``released``: the released label's index (-1: none of the query's labels). With more than two
+        labels the trial's bet is on the positive label or on the clean winner, whichever the claim and
+        the alternative tell further apart (Bernoulli KL): winner-only noise leaves the zero-vote labels
+        without noise, so it moves the winner's release rate far more than the canary label's (docs/audit.md,
+        "Decoy labels"). The choice is a function of the trial's votes, so each bet still has mean <= 0
+        under H_a given them."""
         mc = self.mu(votes, TIES[0], claimed=True)
+        w = int(np.argmax(votes))
         for t, proc in self.procs.items():
-            m = self.mu(votes, t)
-            proc.update(released_positive, m, toward(mc, m))
+            m, x, mc_x = self.mu(votes, t), float(released == self.positive), mc
+            if len(votes) > 2 and w != self.positive:
+                mcw, mw = self.mu(votes, TIES[0], claimed=True, label=w), self.mu(votes, t, label=w)
+                if _kl(mcw, mw) > _kl(mc, m):
+                    m, x, mc_x = mw, float(released == w), mcw
+            proc.update(x, m, toward(mc_x, m))
 
     @property
     def e(self) -> float:
         return min(p.e for p in self.procs.values())
+
+
+def _kl(p: float, q: float) -> float:
+    """Bernoulli KL(p || q) in nats (clipped away from 0 and 1): how fast a bet tells q from p."""
+    p, q = min(max(p, 1e-12), 1 - 1e-12), min(max(q, 1e-12), 1 - 1e-12)
+    return p * float(np.log(p / q)) + (1 - p) * float(np.log((1 - p) / (1 - q)))
 
 
 class _ArmState:
@@ -171,16 +192,21 @@ class _ArmState:
         self.floor: float | None = None
         self.floors: dict[int, SplitBetting] = {}
         self.spread: dict[int, PlugInMix] = {}  # H0: label i released with probability <= SPREAD x floor
-        if release_floor and noise is not None and k == 2 and arm.partitions:
+        # k > 2: H0 "P(release != the most released label so far) >= (k - 1) x floor", the floors' sum
+        self.others: SplitBetting | None = None
+        self.counts = np.zeros(k)
+        if release_floor and noise is not None and k >= 2 and arm.partitions:
             from app.audit.conformance import min_release_probability
 
-            self.floor = min_release_probability(noise, arm.partitions)
-            self.floors = {i: SplitBetting(-1, FIRST_BET) for i in range(2)}
+            self.floor = min_release_probability(noise, arm.partitions, k)
+            self.floors = {i: SplitBetting(-1, FIRST_BET) for i in range(k)}
+            if k > 2:
+                self.others = SplitBetting(-1, FIRST_BET)
         white = bool(getattr(arm.target, "white_box", False)) and k >= 2
         self.noise_ev = (NoiseEvidence(noise, {a: alternative_noise(noise, a) for a in alternatives})
                          if white and noise is not None else None)
         if self.floors and self.noise_ev is None:  # white-box: a release not the argmax of its noisy scores is
-            self.spread = {i: PlugInMix(+1) for i in range(2)}  # already an event of probability 0
+            self.spread = {i: PlugInMix(+1) for i in range(k)}  # already an event of probability 0
         self.alts = {} if noise is None else {a: _Alternative(a, noise, pos, draws) for a in alternatives}
         self.design = None
         if arm.partitions and noise is not None:
@@ -209,6 +235,9 @@ class _ArmState:
         out: list[tuple[str, float, Any]] = []
         if self.floors and self.probe:
             out += [("floor_both_right", 0.8 * black, self.floor_both), ("both_right", 0.2 * black, self.both)]
+        elif self.floors and self.others is not None:  # decoy labels: the floors' sum carries most
+            out += [("both_right", 0.1 * black, self.both), ("release_floor_others", 0.45 * black, self.others)]
+            out += [(f"release_floor_{i}", 0.45 * black / len(self.floors), p) for i, p in self.floors.items()]
         elif self.floors:
             out += [("both_right", 0.1 * black, self.both)]
             out += [(f"release_floor_{i}", 0.45 * black, p) for i, p in self.floors.items()]
@@ -267,7 +296,7 @@ class _ArmState:
                 v = None
             if v is not None:
                 for a in self.alts.values():
-                    a.update(float(r == self.pos), v)
+                    a.update(r, v)
             if member and self.leak is not None:
                 self.leak.update(float(r == self.pos), self.leak_bound, self.leak_plug)
             noisy = getattr(obs, "noisy_scores", None)
@@ -275,8 +304,13 @@ class _ArmState:
                 self.noise_ev.update(votes, noisy, r)
             plug = {i: 0.5 for i in self.spread}  # the spread bets' plug-in: the claim's release law on this trial
             if self.spread and v is not None and self.alts:
-                p_pos = next(iter(self.alts.values())).mu(v, TIES[0], claimed=True)
-                plug = {i: p_pos if i == self.pos else 1.0 - p_pos for i in self.spread}
+                a0 = next(iter(self.alts.values()))
+                plug = {i: a0.mu(v, TIES[0], claimed=True, label=i) for i in self.spread}
+            if self.others is not None:  # the most released label so far: predictable (the past only)
+                top = int(np.argmax(self.counts))
+                self.others.update(float(r != top), (len(self.floors) - 1) * float(self.floor or 0.0), member)
+            if 0 <= r < self.counts.size:
+                self.counts[r] += 1
             for i, proc in self.floors.items():  # the floor holds for every trial, with or without the canary;
                 proc.update(float(r == i), float(self.floor or 0.0), member)  # a fraction learned per kind
                 if self.spread:
@@ -289,8 +323,8 @@ class _ArmState:
         self.both_right += h
         self.acc.update(x, self.p0)
         self.both.update(h, self.c2)
-        if self.probe and self.floor is not None:  # under the floor P(in right), P(out right) <= 1 - floor
-            self.floor_both.update(h, (1.0 - self.floor) ** 2)
+        if self.probe and self.floor is not None:  # under the floors P(in right), P(out right) <= 1 - (k-1) floor
+            self.floor_both.update(h, (1.0 - (len(self.floors) - 1) * self.floor) ** 2)
 
     def summary(self) -> dict[str, Any]:
         return {"partitions": self.arm.partitions, "trials": self.trials, "pairs": self.pairs,
@@ -313,7 +347,7 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     report's (``power.DEFAULT_MIN_DETECTION``, 0.9), so a library caller gets the promise the plan
     states. ``noise``: the claimed noise (None: no alternative can be
     modelled, so the audit can end violation or inconclusive only); ``partitions``: T for the design
-    vote model where the target reports no clean votes; ``release_floor``: add the two-label floor
+    vote model where the target reports no clean votes; ``release_floor``: add the release floor
     test (rnm without a judge after the noise); ``probe``: a one-partition arm drawn first (see the
     module docstring)."""
     pass_at = pass_threshold(alpha, min_detection)

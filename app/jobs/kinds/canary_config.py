@@ -56,6 +56,9 @@ class DatasetConfig(JSONBody):
     size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
     exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
     labels: list[str] | None = Field(default=None, max_length=100)  # as a registered set's
+    decoy_labels: int = Field(default=0, ge=0, le=8, description=(
+        "classification: labels that no exemplar carries, added to the query's label set; black-box they make "
+        "winner-only noise a violation (docs/audit.md#decoy-labels)"))
     template: dict[str, Any] | None = None
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
 
@@ -137,6 +140,8 @@ class CanaryMIAConfig(JSONBody):
 
     @model_validator(mode="after")
     def _default_mechanism(self) -> CanaryMIAConfig:
+        if self.dataset.decoy_labels and self.task != "classification":
+            raise ValueError("dataset.decoy_labels: decoy labels are for classification audits (a label set)")
         if self.target.mechanism is None:
             self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
         if self.power.alternatives is None:

@@ -74,12 +74,13 @@ def _query_labels(config: CanaryMIAConfig) -> int:
     """How many labels the attack query votes over (task labels plus the strategy's literals and the
     canary's label), as ``run`` resolves it; no model is needed."""
     from app.audit.canaries import Canary
-    from app.audit.queries import resolve_query
+    from app.audit.queries import resolve_query, with_decoys
 
     ex, labels, _, template = _dataset(config.dataset)
     canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
     try:
-        return len(resolve_query(config.query or "inquiry", canary, labels, ex[:config.dataset.size], template).labels)
+        return len(resolve_query(config.query or "inquiry", canary, with_decoys(labels, config.dataset.decoy_labels),
+                                 ex[:config.dataset.size], template).labels)
     except (ValueError, TypeError) as exc:
         raise JobConfigError(str(exc), param="config.query") from None
 

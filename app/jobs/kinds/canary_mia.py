@@ -246,6 +246,7 @@ class CanaryMIAKind(JobKind):
             rnm_noise,
         )
         from app.audit.canaries import Canary
+        from app.audit.queries import with_decoys
 
         if config.task == "generation":
             return self._run_generation(ctx, config)
@@ -265,7 +266,8 @@ class CanaryMIAKind(JobKind):
             else:
                 canary = make_canary(c.type, rng, label=label, dataset_texts=[a for a, _ in all_ex],
                                      heldout=heldout, tokenizer=lm)
-            attack = resolve_query(config.query or "inquiry", canary, labels, exemplars, template)
+            attack = resolve_query(config.query or "inquiry", canary, with_decoys(labels, config.dataset.decoy_labels),
+                                   exemplars, template)
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.canary") from None
         if t.type == "mechanism":

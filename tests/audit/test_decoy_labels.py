@@ -1,0 +1,138 @@
+"""Decoy labels: the release floor over k > 2 labels, and what decoys let a black-box audit see.
+
+The floor (conformance.min_release_probability) is checked against Monte Carlo draws of the claimed
+noise itself, over every integer vote split (it must be the least of them); the sequential audit's
+k-label floor processes against a correct mechanism at the floor's own boundary (type I), and
+winner-only noise, which black-box two-label audits pass, against decoys (simulated and through the
+independent HTTP gateway)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from app.audit import RemoteTarget, SimulatedVotingTarget, resolve_query, rnm_noise
+from app.audit.conformance import min_release_probability
+from app.audit.noise import VotingNoise
+from app.audit.queries import with_decoys
+from app.audit.sequential import run_sequential
+from benchmarks.ci_sequential_compare import CANARY, EXEMPLARS, N, BlackBox, _params
+from tests.audit.standalone_gateway import StandaloneGateway
+
+DRAWS = 400_000
+
+
+def _mc(noise: VotingNoise, votes: list[float], rng: np.random.Generator) -> tuple[float, float]:
+    """P(label 0 released | votes) by direct draws of the noise, and its standard error."""
+    v = np.tile(np.asarray(votes, dtype=float), (DRAWS, 1))
+    p = float((np.argmax(noise.sample(v, rng), axis=1) == 0).mean())
+    return p, max(np.sqrt(p * (1 - p) / DRAWS), 1e-4)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace", "gumbel"])
+@pytest.mark.parametrize("k,t,scale", [(3, 3, 1.0), (4, 2, 1.5), (5, 5, 5.28)])
+def test_the_k_label_floor_is_the_least_release_probability_over_every_vote_split(kind, k, t, scale):
+    noise = VotingNoise(kind, scale, 1.0, 1e-5)
+    floor = min_release_probability(noise, t, k)
+    rng = np.random.default_rng(7)
+    seen = []
+    # label 0 gets v0 votes, the other k - 1 labels share the rest (every split, up to order)
+    for v0 in range(t + 1):
+        for rest in itertools.combinations_with_replacement(range(t - v0 + 1), k - 1):
+            if sum(rest) != t - v0:
+                continue
+            p, se = _mc(noise, [float(v0), *map(float, rest)], rng)
+            assert p >= floor - 5 * se, (v0, rest, p, floor)
+            seen.append((p, se, v0, rest))
+    p, se, v0, rest = min(seen)
+    assert v0 == 0 and sorted(rest)[-1] == t or abs(p - floor) < 5 * se  # the least split: all T on one label
+    at, at_se = _mc(noise, [0.0, float(t)] + [0.0] * (k - 2), rng)
+    assert abs(at - floor) < 5 * at_se, (at, floor)
+
+
+def test_the_k_label_floor_reduces_to_the_two_label_closed_forms_and_gumbels_softmax():
+    for kind in ("gaussian", "laplace", "gumbel"):
+        nz = VotingNoise(kind, 2.0, 1.0, 1e-5)
+        assert min_release_probability(nz, 3, 2) == min_release_probability(nz, 3)
+    g = VotingNoise("gumbel", 2.0, 1.0, 1e-5)
+    for k in (2, 3, 7):
+        assert min_release_probability(g, 3, k) == pytest.approx(1.0 / (np.exp(1.5) + k - 1), rel=1e-12)
+    assert min_release_probability(g, 10_000, 3) == pytest.approx(0.0, abs=1e-300)  # no overflow
+    with pytest.raises(ValueError):
+        min_release_probability(g, 3, 1)
+
+
+def test_decoy_names_never_collide_with_the_task_labels():
+    assert with_decoys(["a", "b"], 0) == ["a", "b"]
+    out = with_decoys(["decoy 1", "b"], 2)
+    assert out[:2] == ["decoy 1", "b"] and len(set(out)) == 4 and all(x.startswith("decoy") for x in out[2:])
+
+
+def _attack(decoys: int):
+    return resolve_query("input_output", CANARY, with_decoys(["weather", "music"], decoys), EXEMPLARS, None)
+
+
+def _votes(k: int, with_canary: list[float], without: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    vw, vo = np.zeros(k), np.zeros(k)
+    vw[:len(with_canary)], vo[:len(without)] = with_canary, without
+    return vw, vo
+
+
+def test_k_label_floor_processes_keep_their_level_at_the_floors_boundary():
+    """A correct mechanism whose votes sit at the floor (every partition votes one label, with and
+    without the canary: each other label released at exactly the floor) and a spread split: no
+    alternatives, so each audit runs to its cap or a false violation. 120 audits at level 0.05: more
+    than the 0.999 quantile of Bin(120, 0.05) false violations fails."""
+    eps, t, k = 1.0, 5, 5
+    attack = _attack(3)
+    nz = rnm_noise(_params(eps, t), N)
+    limit = int(stats.binom.ppf(0.999, 120, 0.05))
+    for w, o in (([0.0, 5.0], [0.0, 5.0]), ([2.0, 2.0, 1.0], [1.0, 3.0, 1.0])):
+        vw, vo = _votes(k, w, o)
+        false = 0
+        for s in range(120):
+            r = run_sequential(BlackBox(SimulatedVotingTarget(vw, vo, nz)), EXEMPLARS, attack, claimed_epsilon=eps,
+                               delta=1e-5, noise=nz, partitions=t, alternatives=[], alpha=0.05, cap=160,
+                               rng=np.random.default_rng(1000 + s))
+            false += r.verdict == "violation"
+        assert false <= limit, (w, o, false)
+
+
+@pytest.mark.parametrize("eps,t", [(1.0, 5), (2.0, 3)])
+def test_black_box_winner_only_is_a_violation_with_one_decoy_and_a_correct_target_passes(eps, t):
+    """Two labels: winner-only noise moves a release rate by a few points and black-box audits pass it
+    (docs/audit.md). One decoy label: it is never noised, so never released, and the floor catches it."""
+    attack = _attack(1)
+    vw, vo = _votes(3, [1.0, t - 1.0], [0.0, float(t)])
+    nz = rnm_noise(_params(eps, t), N)
+    alts = ["noise_quarter", "no_noise", "winner_only"]
+    for s in range(5):
+        bad = run_sequential(BlackBox(SimulatedVotingTarget(vw, vo, nz.with_bug("winner_only"))), EXEMPLARS, attack,
+                             claimed_epsilon=eps, delta=1e-5, noise=nz, partitions=t, alternatives=alts, alpha=0.05,
+                             cap=1000, rng=np.random.default_rng(s))
+        assert bad.verdict == "violation", bad.reason
+        good = run_sequential(BlackBox(SimulatedVotingTarget(vw, vo, nz)), EXEMPLARS, attack, claimed_epsilon=eps,
+                              delta=1e-5, noise=nz, partitions=t, alternatives=alts, alpha=0.05, cap=2000,
+                              rng=np.random.default_rng(s))
+        assert good.verdict == "pass", good.reason
+        assert "winner_only by trial" in good.reason
+
+
+@pytest.mark.parametrize("mode,verdict", [("winner_only", "violation"), ("correct", "pass")])
+def test_the_independent_gateway_with_a_decoy(mode, verdict):
+    eps, t = 2.0, 3
+    nz = rnm_noise(_params(eps, t), N)
+    with StandaloneGateway(mode, seed=101) as gw:
+        target = RemoteTarget(gw.url, "rnm", _params(eps, t), {})
+        try:
+            r = run_sequential(target, EXEMPLARS, _attack(1), claimed_epsilon=eps, delta=1e-5, noise=nz, partitions=t,
+                               alternatives=["noise_quarter", "no_noise", "winner_only"], alpha=0.05, cap=2000,
+                               rng=np.random.default_rng(1))
+        finally:
+            target.close()
+    assert r.verdict == verdict, r.reason
+    if verdict == "violation":
+        assert "release_floor" in r.reason
