@@ -459,8 +459,9 @@ def run_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack: An
     if verdict == "pass" and untested:  # what a pass does not show (docs/audit.md, "Hard to catch black-box")
         notes.append(f"a pass rules out the required alternatives only: {', '.join(untested)} were not tested (add "
                      "them to power.alternatives)" + ("; winner-only noise moves release rates by a few points, so "
-                     "black-box it needs many times the trials of this pass (white-box sees it in one answer)"
-                     if "winner_only" in untested and main.noise_ev is None else ""))
+                     "black-box it needs many times the trials of this pass (white-box sees it in one answer), unless "
+                     "the query has labels that no exemplar carries (dataset.decoy_labels: then the release floor "
+                     "sees it in ~100-150 prompts)" if "winner_only" in untested and main.noise_ev is None else ""))
     if pr is not None and pr.trials:
         notes.append(f"a one-partition probe drew {pr.trials} trials first ({pr.trials} model calls), weight "
                      f"{w_probe:g} in the violation e-value")

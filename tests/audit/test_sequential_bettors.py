@@ -135,4 +135,4 @@ def test_a_pass_says_which_alternatives_it_did_not_test():
     assert r.verdict == "pass", r.reason
     note = next(n for n in r.notes if "were not tested" in n)
     assert "noise_half, winner_only were not tested" in note and "power.alternatives" in note
-    assert "black-box it needs many times the trials" in note
+    assert "black-box it needs many times the trials" in note and "dataset.decoy_labels" in note
