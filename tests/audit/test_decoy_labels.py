@@ -136,3 +136,20 @@ def test_the_independent_gateway_with_a_decoy(mode, verdict):
     assert r.verdict == verdict, r.reason
     if verdict == "violation":
         assert "release_floor" in r.reason
+
+
+def test_decoy_labels_in_a_canary_config():
+    from pydantic import ValidationError
+
+    from app.jobs.kinds.canary_config import CanaryMIAConfig
+    from app.jobs.kinds.canary_data import _query_labels
+
+    base = {"target": {"type": "simulated", "params": {"epsilon": 1, "delta": 1e-5, "partitions": 4}},
+            "dataset": {"size": 8, "decoy_labels": 2}}
+    cfg = CanaryMIAConfig.model_validate(base)
+    plain = CanaryMIAConfig.model_validate({**base, "dataset": {"size": 8}})
+    assert _query_labels(cfg) == _query_labels(plain) + 2
+    with pytest.raises(ValidationError, match="dataset.decoy_labels"):
+        CanaryMIAConfig.model_validate({**base, "task": "generation"})
+    with pytest.raises(ValidationError):
+        CanaryMIAConfig.model_validate({**base, "dataset": {"size": 8, "decoy_labels": 9}})
