@@ -17,7 +17,7 @@ from app.jobs import repository as repo
 from app.store import Database
 from app.store.job_tables import AuditJob
 from tests.conftest import DB_KINDS, full_key, running_app
-from tests.jobs.conftest import Proc, fast_env, job_settings, wait_for, wait_job
+from tests.jobs.conftest import Proc, fast_env, job_settings, wait_for
 
 
 @pytest.fixture(scope="module")
