@@ -252,7 +252,7 @@ def _claim_values(worker_id: str, now: datetime) -> dict[str, Any]:
 
 
 def claim(s: Session, job_id: str, worker_id: str) -> bool:
-    """Take this queued job (the procrastinate task names the job). One conditional UPDATE."""
+    """Take this very queued job (tests, tools; the runners take the fair next one: ``claim_next``)."""
     now = utcnow()
     res = s.execute(
         update(AuditJob)
