@@ -3,9 +3,14 @@
 procrastinate is the transport only: the API defers ``dpicl.run_audit_job(job_id)``
 in the transaction that inserts the row (procrastinate's own defer function,
 queueing lock ``audit:<id>``: at most one waiting per job), so a row never exists
-without its message; a worker runs the task, which claims the row with the same conditional
-UPDATE as the in-process runner and executes it through the same executor. The
-row keeps the state, the heartbeat and the attempts, so both modes behave alike.
+without its message; a worker runs the task, which claims the **next job in the fair
+order** (``app.jobs.fair``: tenants take turns; ``repository.claim_next``, as the in-process
+runner does) and executes it through the same executor. The messages are interchangeable
+turns, one per queued row: "run job X" may run job Y, the first in the fair order; then, in
+the claim's transaction, Y's waiting message becomes X's (``transport_repo.hand_over``), so
+every queued row still has its message and the sweeper below sees nothing missing. A message
+that finds no queued job (a cancelled job's) is skipped. The row keeps the state, the
+heartbeat and the attempts, so both modes behave alike.
 
 A maintenance loop (in every worker, and in the server) reaps stalled rows,
 defers a procrastinate job for every queued row that has none waiting (a job the
@@ -78,13 +83,19 @@ class WorkerState:
 
 
 def _run_audit_job(context: Any, job_id: str) -> str:
+    """Run the next queued job in the fair order (``job_id``'s own or another tenant's)."""
     state: WorkerState = context.additional_context["dpicl"]
+
+    def hand_over(s, taken: str) -> None:
+        transport_repo.hand_over(s, LOCK_PREFIX, message_job=job_id, taken=taken)
+
     with state.runtime.db.session() as s:
-        if not repo.claim(s, job_id, state.worker_id):
-            return "skipped: not queued (already taken, cancelled or finished)"
+        taken = repo.claim_next(s, state.worker_id, on_claim=hand_over)
+    if taken is None:
+        return "skipped: no queued job (its own was taken, cancelled or finished)"
     return execute_job(
         state.runtime,
-        job_id,
+        taken,
         state.worker_id,
         should_stop=lambda: state.stopping.is_set() or context.should_abort(),
     )

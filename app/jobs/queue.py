@@ -1,8 +1,11 @@
 """What a queued job waits for: its place in the queue and the job slots it waits on (issue 28).
 
-Runners take queued jobs oldest first (``repository.claim_next``; procrastinate workers in the
-order their tasks were deferred, which is the same order), so a job's position is the number of
-queued jobs created before it, plus one. A job leaves the queue when a runner has a free slot:
+Runners take queued jobs in the fair order (``app.jobs.fair``: tenants take turns, a tenant with
+running jobs yields to one with fewer, within a tenant oldest first; ``repository.claim_next``, which a
+procrastinate worker's task runs too), so a job's position is its place in that order: the place in
+which the runners take it if no job finishes and none is submitted meanwhile (a finished job moves its
+tenant's queued jobs forward; a newcomer tenant's job goes before a busy tenant's backlog). A job
+leaves the queue when a runner has a free slot:
 ``DPICL_JOB_CONCURRENCY`` slots per server (in-process runner) or per ``dpicl worker``. The slots
 of workers are not known to the server, so in PostgreSQL mode only the running jobs are counted.
 
@@ -15,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.jobs import fair
 from app.store.job_tables import AuditJob
 
 # Own running jobs named in ``waiting_for`` (the list in ``running_jobs`` is complete).
@@ -26,7 +30,7 @@ _NAMED = 4
 
 @dataclass
 class QueueView:
-    """The queue as one query saw it: queued job ids oldest first, and the running jobs."""
+    """The queue as one query saw it: queued job ids in the fair order, and the running jobs."""
 
     queued: list[str]
     running: list[tuple[str, str, str]] = field(default_factory=list)  # (id, kind, tenant id), oldest first
@@ -46,18 +50,15 @@ def _running(s: Session) -> list[tuple[str, str, str]]:
 
 def load_view(s: Session) -> QueueView:
     """Every queued id in the runners' order and every running job: for a page listing many jobs."""
-    queued = list(s.scalars(select(AuditJob.id).where(AuditJob.status == "queued")
-                            .order_by(AuditJob.created_at, AuditJob.id)))
-    return QueueView(queued=queued, running=_running(s))
+    return QueueView(queued=fair.ordered(s), running=_running(s))
 
 
 def queue_of(s: Session, job: AuditJob, slots: int | None) -> dict[str, Any]:
     """The ``queue`` object of one queued job (counts, not the whole queue)."""
-    ahead = s.scalar(select(func.count()).select_from(AuditJob).where(
-        AuditJob.status == "queued",
-        or_(AuditJob.created_at < job.created_at, and_(AuditJob.created_at == job.created_at, AuditJob.id < job.id))))
-    queued = s.scalar(select(func.count()).select_from(AuditJob).where(AuditJob.status == "queued"))
-    return describe(int(ahead or 0) + 1, max(int(queued or 0), int(ahead or 0) + 1), _running(s), job.tenant_id, slots)
+    position, queued = fair.place(s, job)
+    if position is None:  # taken (or cancelled) since the caller read it: it was next
+        position, queued = 1, queued + 1
+    return describe(position, queued, _running(s), job.tenant_id, slots)
 
 
 def describe(position: int, queued: int, running: list[tuple[str, str, str]], tenant_id: str,

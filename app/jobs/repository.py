@@ -14,7 +14,8 @@ Every transition is one conditional UPDATE (``WHERE status = ...`` plus the
 owning worker where it matters), so two runners never both win: on SQLite the
 single writer serialises them, on PostgreSQL the claim of the next job uses
 ``FOR UPDATE SKIP LOCKED`` so concurrent workers take different rows without
-waiting on each other. Times are the runners' UTC clocks (keep them in sync,
+waiting on each other. The next job is the first of the fair order (``app.jobs.fair``:
+tenants take turns; within a tenant, oldest first). Times are the runners' UTC clocks (keep them in sync,
 e.g. NTP; the stall timeout is much larger than any sane skew).
 """
 
@@ -25,12 +26,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer
 
+from app.jobs import fair
 from app.store.base import DEFAULT_TENANT, new_id, utcnow
 from app.store.job_tables import AuditJob, JobArtifact
+
+# A claim reads this many candidates of the fair order, and reads it again at most this often.
+_CANDIDATES = 8
+_CLAIM_ROUNDS = 5
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -246,7 +252,7 @@ def _claim_values(worker_id: str, now: datetime) -> dict[str, Any]:
 
 
 def claim(s: Session, job_id: str, worker_id: str) -> bool:
-    """Take this queued job (the procrastinate task names the job). One conditional UPDATE."""
+    """Take this very queued job (tests, tools; the runners take the fair next one: ``claim_next``)."""
     now = utcnow()
     res = s.execute(
         update(AuditJob)
@@ -258,43 +264,42 @@ def claim(s: Session, job_id: str, worker_id: str) -> bool:
     return res.rowcount == 1
 
 
-def claim_next(s: Session, worker_id: str, kinds: Iterable[str] | None = None) -> str | None:
-    """Take the oldest queued job (of the given kinds); its id, or None when there is none."""
+def claim_next(
+    s: Session, worker_id: str, kinds: Iterable[str] | None = None,
+    on_claim: Callable[[Session, str], None] | None = None,
+) -> str | None:
+    """Take the next queued job (of the given kinds) in the fair order (``app.jobs.fair``: tenants take
+    turns); its id, or None when there is none. ``on_claim(session, job_id)`` runs in the claim's
+    transaction (the procrastinate transport hands the taken job's message over)."""
     kinds = list(kinds) if kinds is not None else None
-    base = select(AuditJob.id).where(AuditJob.status == "queued")
-    if kinds is not None:
-        base = base.where(AuditJob.kind.in_(kinds))
-    base = base.order_by(AuditJob.created_at, AuditJob.id).limit(1)
     now = utcnow()
-    if _is_pg(s):
-        # Concurrent workers skip each other's locked candidates instead of queueing on them.
-        job_id = s.scalar(base.with_for_update(skip_locked=True))
-        if job_id is None:
+    for _ in range(_CLAIM_ROUNDS):
+        ids = fair.candidates(s, kinds, _CANDIDATES)
+        if not ids:
             s.rollback()
             return None
-        s.execute(
-            update(AuditJob)
-            .where(AuditJob.id == job_id)
-            .values(**_claim_values(worker_id, now))
-            .execution_options(synchronize_session=False)
-        )
-        s.commit()
-        return job_id
-    # SQLite: a single writer at a time; the conditional UPDATE decides races with other processes.
-    for _ in range(5):
-        job_id = s.scalar(base)
-        if job_id is None:
-            s.rollback()
-            return None
-        res = s.execute(
-            update(AuditJob)
-            .where(AuditJob.id == job_id, AuditJob.status == "queued")
-            .values(**_claim_values(worker_id, now))
-            .execution_options(synchronize_session=False)
-        )
-        s.commit()
-        if res.rowcount == 1:
-            return job_id
+        if _is_pg(s):
+            # The order is read without a lock (no FOR UPDATE beside a window); then the first candidate
+            # still queued is locked, skipping those concurrent workers hold.
+            rank = case({job_id: n for n, job_id in enumerate(ids)}, value=AuditJob.id)
+            got = s.scalar(select(AuditJob.id).where(AuditJob.id.in_(ids), AuditJob.status == "queued")
+                           .order_by(rank).limit(1).with_for_update(skip_locked=True))
+            taken = [got] if got is not None else []
+        else:
+            taken = ids  # SQLite: a single writer at a time; the conditional UPDATE decides races
+        for job_id in taken:
+            res = s.execute(
+                update(AuditJob)
+                .where(AuditJob.id == job_id, AuditJob.status == "queued")
+                .values(**_claim_values(worker_id, now))
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount == 1:
+                if on_claim is not None:
+                    on_claim(s, job_id)
+                s.commit()
+                return job_id
+        s.rollback()  # every candidate was taken meanwhile: read the order again
     return None
 
 

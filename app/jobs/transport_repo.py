@@ -8,6 +8,7 @@ import json
 from datetime import timedelta
 
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.store.base import utcnow
@@ -47,3 +48,28 @@ def enqueue_procrastinate(s: Session, job_id: str, *, queue: str, task_name: str
         ),
         {"queue": queue, "task": task_name, "qlock": lock_prefix + job_id, "args": json.dumps({"job_id": job_id})},
     )
+
+
+def hand_over(s: Session, lock_prefix: str, *, message_job: str, taken: str) -> None:
+    """The task of "run ``message_job``" claimed ``taken`` (the fair order's first): ``taken``'s waiting
+    message becomes ``message_job``'s, in the claim's transaction, while ``message_job`` is still queued
+    and has none. Otherwise (its message is being started by another worker, or ``message_job`` is not
+    queued any more) nothing changes: a message left over runs the next queued job or is skipped, a
+    queued row left without one is deferred again by the sweeper (``queued_without_transport``)."""
+    if taken == message_job:
+        return
+    try:
+        with s.begin_nested():  # a unique-lock clash with a concurrent defer must not undo the claim
+            s.execute(
+                text(
+                    "UPDATE procrastinate_jobs SET queueing_lock = :prefix || :mine, "
+                    "  args = jsonb_build_object('job_id', CAST(:mine AS text)) "
+                    "WHERE queueing_lock = :prefix || :taken AND status = 'todo' "
+                    "AND EXISTS (SELECT 1 FROM audit_jobs WHERE id = :mine AND status = 'queued') "
+                    "AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs p "
+                    "  WHERE p.queueing_lock = :prefix || :mine AND p.status = 'todo')"
+                ),
+                {"prefix": lock_prefix, "mine": message_job, "taken": taken},
+            )
+    except IntegrityError:
+        pass

@@ -19,6 +19,9 @@ class AuditJob(Base):
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_audit_jobs_tenant_idempotency"),
         Index("ix_audit_jobs_status_created", "status", "created_at"),
         Index("ix_audit_jobs_webhook_next_at", "webhook_next_at"),
+        # 0015: a tenant's last start and its oldest queued jobs, for the fair claim (app/jobs/fair.py).
+        Index("ix_audit_jobs_tenant_started", "tenant_id", "started_at"),
+        Index("ix_audit_jobs_tenant_status_created", "tenant_id", "status", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
