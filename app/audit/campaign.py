@@ -298,7 +298,7 @@ def _direct(target: Any, ex: list[Exemplar], attack: AttackQuery, config: Campai
 
         extras["conformance"] = generation_conformance(target, len(ex), observed, config.confidence)
     parts = target_partitions(target, len(ex))
-    if noise is not None and len(attack.labels) == 2 and parts and mechanism_name(target) == "rnm" and not judged:
+    if noise is not None and len(attack.labels) >= 2 and parts and mechanism_name(target) == "rnm" and not judged:
         extras["release_floor"] = release_floor(released, attack.labels, _claimed(noise), parts,
                                                 confidence=CONFORMANCE_CONFIDENCE(config.confidence))
     return estimates, {

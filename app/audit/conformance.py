@@ -215,7 +215,7 @@ class ReleaseFloorResult:
     partitions: int
     floor: float  # least P(release l) per call under the claim
     counts: list[int]
-    threshold: int  # a count below this rejects at level alpha (per label, Bonferroni over 2)
+    threshold: int  # a count below this rejects at level alpha (per label, Bonferroni over the labels)
     alpha: float
     conformant: bool
     findings: list[str] = field(default_factory=list)
@@ -230,14 +230,15 @@ def conformance_confidence(confidence: float) -> float:
     return 1.0 - (1.0 - confidence) / 2.0
 
 
-def release_floor_threshold(noise: VotingNoise, partitions: int, n: int, *, confidence: float) -> int:
+def release_floor_threshold(noise: VotingNoise, partitions: int, n: int, *, confidence: float,
+                            labels: int = 2) -> int:
     """The release floor test's cut-off for ``n`` released labels: the smallest k with
-    P(Bin(n, floor) < k) <= alpha/2 (counts < k reject). The test and the power model
-    (``app.audit.power.design_power``) both call this."""
-    alpha = 1.0 - confidence
-    floor = min_release_probability(noise, partitions)
-    k = int(stats.binom.ppf(alpha / 2, n, floor))
-    if stats.binom.cdf(k - 1, n, floor) > alpha / 2:  # guard the discrete edge
+    P(Bin(n, floor) < k) <= alpha / labels (counts < k reject; Bonferroni over the labels). The test
+    and the power model (``app.audit.power.design_power``) both call this."""
+    a = (1.0 - confidence) / int(labels)
+    floor = min_release_probability(noise, partitions, labels)
+    k = int(stats.binom.ppf(a, n, floor))
+    if stats.binom.cdf(k - 1, n, floor) > a:  # guard the discrete edge
         k -= 1
     return k
 
@@ -246,22 +247,25 @@ def release_floor(released_index: Sequence[int], labels: Sequence[str], noise: V
                   confidence: float = 0.95) -> ReleaseFloorResult:
     """One-sided binomial test per label: under the claim every call releases label l with
     probability >= ``floor`` whatever the model and the context, so the count of l stochastically
-    dominates Bin(n, floor); a count below its alpha/2 quantile rejects (Bonferroni over the two
+    dominates Bin(n, floor); a count below its alpha/k quantile rejects (Bonferroni over the k
     labels). Catches a release that is too deterministic for the claimed noise (no noise, noise too
-    small, noise on the winner only) from the released labels alone."""
-    if len(labels) != 2:
-        raise ValueError("the release floor is for two-label queries")
+    small, noise on the winner only: with a decoy label, one no exemplar carries, it is never
+    released) from the released labels alone."""
+    nl = len(labels)
+    if nl < 2:
+        raise ValueError("the release floor needs >= 2 labels")
     rel = np.asarray(released_index, dtype=int)
     n = int(rel.size)
     alpha = 1.0 - confidence
-    floor = min_release_probability(noise, partitions)
-    k = release_floor_threshold(noise, partitions, n, confidence=confidence)
-    counts = [int(np.count_nonzero(rel == i)) for i in range(2)]
+    floor = min_release_probability(noise, partitions, nl)
+    k = release_floor_threshold(noise, partitions, n, confidence=confidence, labels=nl)
+    counts = [int(np.count_nonzero(rel == i)) for i in range(nl)]
+    of = "0, 1" if nl == 2 else f"0..{nl - 1}"
     # A label by its index in the query's labels (the result's attack.labels), never its text: a label may be
     # caller text (a generation record's output, a label that is not a declared class label).
-    findings = [f"the query's label {i} (of 0, 1) released {c} of {n} times; with {partitions} partitions and the claimed "
+    findings = [f"the query's label {i} (of {of}) released {c} of {n} times; with {partitions} partitions and the claimed "
                 f"{noise.kind} noise (scale {noise.scale:.4g}) every call releases it with probability >= "
-                f"{floor:.3g}, so fewer than {k} releases has probability <= {alpha / 2:.2g}: the releases are "
+                f"{floor:.3g}, so fewer than {k} releases has probability <= {alpha / nl:.2g}: the releases are "
                 "too deterministic for the claimed noise" for i, c in enumerate(counts) if c < k]
     return ReleaseFloorResult(n, int(partitions), floor, counts, k, alpha, not findings, findings)
 

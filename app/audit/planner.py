@@ -181,6 +181,12 @@ def plan_audit(noise_for: Callable[[int, int], VotingNoise], *, labels: int, exe
              "a model that does not copy it lowers the real power",
              "a design is proposed only where the verdict's own power report (app.audit.power.design_power) "
              "could say pass: every required alternative detected and the claim below the ceiling"]
+    if "winner_only" in alternatives and not white_box:
+        notes.append("winner-only noise black-box: " + (
+            "a label that no exemplar carries (dataset.decoy_labels: 1) is never released by it, so the release "
+            "floor test finds it (a sequential audit: ~100-150 prompts, docs/audit.md#decoy-labels)" if labels == 2
+            else "the query's labels beyond two let the release floor test find it; this plan models that test's "
+            "power for two labels only, so its detection here is a lower bound"))
     if not any(d.runnable and d.trials is not None for d in designs if d.threat_model == "black-box"):
         many = min((plan_many_votes(noise_for(d.partitions, d.shots_per_partition or 1), partitions=d.partitions,
                                     threat_models=threat_models, floor=floor, seconds_per_trial=seconds_per_trial,

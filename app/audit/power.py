@@ -181,7 +181,7 @@ class AlternativePower:
     fpr: float
     detection_bound: float  # P(rigorous bound > claim) with these trials
     detection_conformance: float | None = None  # P(noise conformance test flags it), white-box only
-    detection_floor: float | None = None  # P(release floor test flags it), two-label queries
+    detection_floor: float | None = None  # P(release floor test flags it), two-label queries (k > 2: not modelled)
     note: str = ""
     detection_white_box: float | None = None  # P(white-box bound > claim), generation design model (gen_power)
 
@@ -259,8 +259,8 @@ def power_report(
                     "by the bound's validity")
         conf_det = None if conformance is None else conformance.get(name)
         floor_det = None
-        if floor_threshold is not None:
-            from app.audit.conformance import release_floor_power
+        if floor_threshold is not None and vw.shape[1] == 2:  # k > 2 labels: the floor runs, its power is not
+            from app.audit.conformance import release_floor_power  # modelled (the report is a lower bound)
 
             floor_det = release_floor_power(tpr, fpr, n_members, n_nonmembers, floor_threshold)
         alts[name] = AlternativePower(name, tpr, fpr, det, conf_det, floor_det, note)

@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import (BettingEProcess, NoiseEvidence, OnsGridMix, PlugInMix, SplitBetting, dp_release_bound,
-                                max_both_right, max_pair_accuracy, toward)
+from app.audit.eprocess import (BettingEProcess, NoiseEvidence, OnsGridMix, PlugInMix, SplitBetting, bernoulli_kl,
+                                dp_release_bound, max_both_right, max_pair_accuracy, toward)
 from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.noise import VotingNoise
@@ -163,19 +163,13 @@ class _Alternative:
             m, x, mc_x = self.mu(votes, t), float(released == self.positive), mc
             if len(votes) > 2 and w != self.positive:
                 mcw, mw = self.mu(votes, TIES[0], claimed=True, label=w), self.mu(votes, t, label=w)
-                if _kl(mcw, mw) > _kl(mc, m):
+                if bernoulli_kl(mcw, mw) > bernoulli_kl(mc, m):
                     m, x, mc_x = mw, float(released == w), mcw
             proc.update(x, m, toward(mc_x, m))
 
     @property
     def e(self) -> float:
         return min(p.e for p in self.procs.values())
-
-
-def _kl(p: float, q: float) -> float:
-    """Bernoulli KL(p || q) in nats (clipped away from 0 and 1): how fast a bet tells q from p."""
-    p, q = min(max(p, 1e-12), 1 - 1e-12), min(max(q, 1e-12), 1 - 1e-12)
-    return p * float(np.log(p / q)) + (1 - p) * float(np.log((1 - p) / (1 - q)))
 
 
 class _ArmState:
@@ -498,15 +492,5 @@ def _top(arms: Sequence[_ArmState], pr: _ArmState | None, w_probe: float) -> str
     return name
 
 
-def summarize(results: Sequence[SequentialResult]) -> Mapping[str, float]:
-    """Verdict rates and mean trials over repeated audits (benchmarks, simulations)."""
-    n = max(1, len(results))
-    return {"violation": sum(r.verdict == "violation" for r in results) / n,
-            "pass": sum(r.verdict == "pass" for r in results) / n,
-            "inconclusive": sum(r.verdict == "inconclusive" for r in results) / n,
-            "mean_trials": float(np.mean([r.trials for r in results])) if results else 0.0,
-            "mean_prompts": float(np.mean([r.prompts for r in results])) if results else 0.0}
-
-
 __all__ = ["ALTERNATIVES", "Arm", "BettingEProcess", "SequentialResult", "max_pair_accuracy", "pass_threshold",
-           "run_sequential", "summarize"]
+           "run_sequential"]

@@ -153,3 +153,38 @@ def test_decoy_labels_in_a_canary_config():
         CanaryMIAConfig.model_validate({**base, "task": "generation"})
     with pytest.raises(ValidationError):
         CanaryMIAConfig.model_validate({**base, "dataset": {"size": 8, "decoy_labels": 9}})
+
+
+@pytest.mark.parametrize("bug,expected", [("winner_only", "violation"), (None, "not violation")])
+def test_the_fixed_design_runs_the_floor_over_every_label_with_a_decoy(bug, expected):
+    """The fixed design (150 trials, the planner's claim-1 design) with one decoy: winner-only noise never
+    releases it, so the k-label release floor finds it; a correct target's releases are not flagged."""
+    from app.audit import CampaignConfig, run_campaign
+    from app.audit.campaign import assess_power
+    from app.jobs.kinds.canary_mia import CanaryMIAKind
+
+    eps, t = 1.0, 5
+    nz = rnm_noise(_params(eps, t), N).with_bug(bug)
+    vw, vo = _votes(3, [1.0, t - 1.0], [0.0, float(t)])
+    target = BlackBox(SimulatedVotingTarget(vw, vo, nz))
+    res = run_campaign(target, EXEMPLARS, CANARY, "input_output", task_labels=with_decoys(["weather", "music"], 1),
+                       config=CampaignConfig(trials=150, threat_models=("black-box",)), rng=np.random.default_rng(3))
+    out = res.to_dict()
+    floor = out["release_floor"]
+    assert floor is not None and len(floor["counts"]) == 3
+    rep = assess_power(res, target, N, eps, required=["noise_quarter", "no_noise"], min_detection=0.9)
+    out["power"] = None if rep is None else rep.to_dict()
+    verdict = CanaryMIAKind().verdict(out, eps, None)
+    if expected == "violation":
+        assert floor["counts"][2] == 0 and not floor["conformant"]
+        assert verdict == "violation", out.get("verdict_reason")
+    else:
+        assert floor["conformant"] and verdict != "violation"
+
+
+def test_bernoulli_kl_against_scipy():
+    from app.audit.eprocess import bernoulli_kl
+
+    for p, q in ((0.47, 0.83), (0.13, 0.169), (0.5, 0.5), (0.01, 0.99)):
+        assert bernoulli_kl(p, q) == pytest.approx(stats.entropy([p, 1 - p], [q, 1 - q]), rel=1e-12, abs=1e-15)
+    assert bernoulli_kl(0.0, 0.5) == pytest.approx(np.log(2.0), rel=1e-9)  # clipped, finite at the edges
