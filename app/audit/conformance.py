@@ -270,9 +270,10 @@ def release_floor(released_index: Sequence[int], labels: Sequence[str], noise: V
     return ReleaseFloorResult(n, int(partitions), floor, counts, k, alpha, not findings, findings)
 
 
-def release_floor_power(tpr: float, fpr: float, n1: int, n0: int, threshold: int) -> float:
+def release_floor_power(tpr: float, fpr: float, n1: int, n0: int, threshold: int, *, both: bool = True) -> float:
     """P(some label's count < threshold) when the positive label's count is Bin(n1, tpr) +
-    Bin(n0, fpr) (the other label's is n - that): exact by convolution over each binomial's
+    Bin(n0, fpr) (the other label's is n - that; ``both=False``: that label's count alone, for
+    queries of more than two labels): exact by convolution over each binomial's
     support beyond 1e-12 tails."""
     if threshold <= 0:
         return 0.0
@@ -290,5 +291,5 @@ def release_floor_power(tpr: float, fpr: float, n1: int, n0: int, threshold: int
     pmf = np.convolve(a, b)  # count of the positive label, from lo1 + lo0
     k = lo1 + lo0 + np.arange(pmf.size)
     n = n1 + n0
-    reject = (k < threshold) | (n - k < threshold)
+    reject = ((k < threshold) | (n - k < threshold)) if both else (k < threshold)
     return float(np.clip(pmf[reject].sum(), 0.0, 1.0))

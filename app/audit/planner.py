@@ -63,7 +63,7 @@ def plan_black_box(noise: VotingNoise, *, labels: int, partitions: int, claimed_
     """The smallest even trial count (paired insertion: half members) at which the verdict's own
     power report (``design_power``) is sufficient; doubling then bisection (the report's detection
     grows with trials up to the bound's discreteness; the result is re-checked). ``floor``: the
-    release floor test runs (two-label rnm queries); ``threat_models``: how many the campaign
+    release floor test runs (rnm queries); ``threat_models``: how many the campaign
     evaluates (its Bonferroni split of the confidence)."""
     def rep(n: int) -> PowerReport:
         return design_power(noise, labels=labels, partitions=partitions, trials=n, claimed_epsilon=claimed_epsilon,
@@ -185,8 +185,8 @@ def plan_audit(noise_for: Callable[[int, int], VotingNoise], *, labels: int, exe
         notes.append("winner-only noise black-box: " + (
             "a label that no exemplar carries (dataset.decoy_labels: 1) is never released by it, so the release "
             "floor test finds it (a sequential audit: ~100-150 prompts, docs/audit.md#decoy-labels)" if labels == 2
-            else "the query's labels beyond two let the release floor test find it; this plan models that test's "
-            "power for two labels only, so its detection here is a lower bound"))
+            else "the query's labels beyond two let the release floor test find it (its detection here is a lower "
+            "bound: the best single label's)"))
     if not any(d.runnable and d.trials is not None for d in designs if d.threat_model == "black-box"):
         many = min((plan_many_votes(noise_for(d.partitions, d.shots_per_partition or 1), partitions=d.partitions,
                                     threat_models=threat_models, floor=floor, seconds_per_trial=seconds_per_trial,

@@ -181,7 +181,7 @@ class AlternativePower:
     fpr: float
     detection_bound: float  # P(rigorous bound > claim) with these trials
     detection_conformance: float | None = None  # P(noise conformance test flags it), white-box only
-    detection_floor: float | None = None  # P(release floor test flags it), two-label queries (k > 2: not modelled)
+    detection_floor: float | None = None  # P(release floor test flags it): exact for two labels, a lower bound beyond
     note: str = ""
     detection_white_box: float | None = None  # P(white-box bound > claim), generation design model (gen_power)
 
@@ -259,10 +259,14 @@ def power_report(
                     "by the bound's validity")
         conf_det = None if conformance is None else conformance.get(name)
         floor_det = None
-        if floor_threshold is not None and vw.shape[1] == 2:  # k > 2 labels: the floor runs, its power is not
-            from app.audit.conformance import release_floor_power  # modelled (the report is a lower bound)
+        if floor_threshold is not None:
+            from app.audit.conformance import release_floor_power
 
-            floor_det = release_floor_power(tpr, fpr, n_members, n_nonmembers, floor_threshold)
+            if vw.shape[1] == 2:  # exact: the two counts add up to the trials
+                floor_det = release_floor_power(tpr, fpr, n_members, n_nonmembers, floor_threshold)
+            else:  # k labels: a lower bound, the best single label's power, each winning every clean tie
+                floor_det = max(release_floor_power(*_rates(nz, vw, vo, j, "positive"), n_members, n_nonmembers,
+                                                    floor_threshold, both=False) for j in range(vw.shape[1]))
         alts[name] = AlternativePower(name, tpr, fpr, det, conf_det, floor_det, note)
     design = {
         "partitions": partitions,
@@ -317,15 +321,16 @@ def design_power(noise: VotingNoise, *, labels: int, partitions: int, trials: in
     verdict's ``assess_power`` reaches the same ``power_report`` with the same inputs (counted trials
     trials // 2 per hypothesis, the campaign's Bonferroni confidence, the release floor's own
     threshold), so a plan's predicted detection is the verdict's reported power.
-    ``floor``: the release floor test runs (two labels, rnm, no judge after the noise)."""
+    ``floor``: the release floor test runs (rnm, no judge after the noise; its power exact for two labels,
+    a lower bound for more: the best single label's, each label winning every clean tie)."""
     from app.audit.conformance import conformance_confidence, release_floor_threshold
 
     vw, vo = design_votes(labels, partitions, 0, 1, moved)
     half = trials // 2  # paired insertion rounds the trials down to even
     threshold = None
-    if floor and labels == 2 and half >= 1:
+    if floor and labels >= 2 and half >= 1:
         threshold = release_floor_threshold(claimed_noise(noise), partitions, 2 * half,
-                                            confidence=conformance_confidence(confidence))
+                                            confidence=conformance_confidence(confidence), labels=labels)
     return power_report(noise, vw, vo, 0, n_members=half, n_nonmembers=half, claimed_epsilon=claimed_epsilon,
                         confidence=per_threat_model_confidence(confidence, threat_models), delta=delta,
                         vote_model="assumed", vote_model_note=ASSUMED_VOTE_NOTE, required=tuple(required),

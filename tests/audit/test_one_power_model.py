@@ -80,42 +80,80 @@ def test_plan_prediction_equals_verdict_power(parts, labels, shots, claim, trial
 
 def test_tie_breaking_worst_case_is_the_same_on_both_sides():
     """Two partitions, three labels: the canary's vote ties the other one. A noise-free argmax that
-    breaks the tie for the canary detects no_noise with certainty, one that breaks it against never:
-    both the planner and the verdict take the worse (0), wherever the query put the labels."""
+    breaks the tie for the canary detects no_noise with certainty by the bound, one that breaks it
+    against never: both the planner and the verdict take the worse (0), wherever the query put the
+    labels. The release floor over the three labels does see it: the third label is never released."""
     noise = rnm_noise({"epsilon": 2.0, "delta": 1e-5, "partitions": 2, "shots_per_partition": 4}, 8)
     rep = design_power(noise, labels=3, partitions=2, trials=2000, claimed_epsilon=2.0, confidence=0.95,
-                       threat_models=1, delta=1e-5, floor=True, required=["no_noise"])
+                       threat_models=1, delta=1e-5, floor=False, required=["no_noise"])
     assert rep.alternatives["no_noise"].detection == 0.0 and not rep.sufficient
     d = plan_black_box(noise, labels=3, partitions=2, claimed_epsilon=2.0, confidence=0.95, delta=1e-5,
-                       alternatives=["no_noise"], max_trials=4000)
+                       alternatives=["no_noise"], max_trials=4000, floor=False)
     assert d.trials is None
+    with_floor = design_power(noise, labels=3, partitions=2, trials=200, claimed_epsilon=2.0, confidence=0.95,
+                              threat_models=1, delta=1e-5, floor=True, required=["no_noise"])
+    assert with_floor.alternatives["no_noise"].detection_bound == 0.0
+    assert with_floor.alternatives["no_noise"].detection_floor == 1.0
 
 
-def test_issue_repro_never_recommends_a_design_that_cannot_run_or_decide():
+def _noise_2(t, s):
+    return rnm_noise({"epsilon": 2.0, "delta": 1e-5, "partitions": t, "shots_per_partition": s}, t * s)
+
+
+def test_issue_repro_recommends_a_design_that_runs_and_decides():
     """The issue's request: remote black-box rnm, 2 partitions x 4 shots, 3 labels, dataset.size 8,
-    claim 2, noise_quarter and no_noise. No one-canary black-box design decides (the no-noise
-    argmax never changes at T >= 2, and at T = 1 sigma/4 is invisible): nothing is recommended, and
-    the notes give white-box and the canary-per-partition design with their numbers."""
-    def noise_for(t, s):
-        return rnm_noise({"epsilon": 2.0, "delta": 1e-5, "partitions": t, "shots_per_partition": s}, t * s)
+    claim 2, noise_quarter and no_noise. Before the release floor covered more than two labels no
+    one-canary black-box design decided (the no-noise argmax never changes at T >= 2); over three
+    labels the floor sees a label that is never released. The recommended design fits the dataset,
+    and run as a campaign its verdict passes the claimed noise and finds no noise and sigma/4."""
+    from app.jobs.kinds.canary_mia import CanaryMIAKind
 
-    out = plan_audit(noise_for, labels=3, exemplars=8, partitions=2, shots_per_partition=4, claimed_epsilon=2.0,
+    out = plan_audit(_noise_2, labels=3, exemplars=8, partitions=2, shots_per_partition=4, claimed_epsilon=2.0,
                      confidence=0.95, delta=1e-5, alternatives=["noise_quarter", "no_noise"], white_box=False,
                      max_trials=20_000)
-    assert out["recommended"] is None
+    rec = out["recommended"]
+    assert rec is not None and rec["threat_model"] == "black-box" and rec["partitions"] * rec["shots_per_partition"] <= 8
     for d in out["designs"]:
         assert d["partitions"] * (d["shots_per_partition"] or 1) <= 8
+    t, shots, trials = rec["partitions"], rec["shots_per_partition"], rec["trials"]
+    names = ["l0", "l1", "l2"]
+    vw, vo = np.zeros(3), np.zeros(3)
+    vw[2], vw[0] = 1, t - 1
+    vo[0] = t
+    verdicts = {}
+    for bug in (None, {"noise_multiplier": 0.25}, {"noise_multiplier": 1e-12}):
+        noise = _noise_2(t, shots)
+        target = BlindGateway(vw, vo, noise.with_bug(bug), t, white_box=False)
+        ex = [(f"text {i}", names[0]) for i in range(t * shots)]
+        res = run_campaign(target, ex, Canary("hex", "00ff00ff00ff", names[-1]), "input_output", task_labels=names,
+                           config=CampaignConfig(trials=trials, threat_models=("black-box",)),
+                           rng=np.random.default_rng(5))
+        body = res.to_dict()
+        rep = assess_power(res, target, t * shots, 2.0, required=["noise_quarter", "no_noise"], min_detection=0.9)
+        body["power"] = None if rep is None else rep.to_dict()
+        verdicts[str(bug)] = CanaryMIAKind().verdict(body, 2.0, None)
+    assert verdicts == {"None": "pass", str({"noise_multiplier": 0.25}): "violation",
+                        str({"noise_multiplier": 1e-12}): "violation"}, verdicts
+    # with the gateway's internals the same request has a cheaper recommendation: white-box
+    out_wb = plan_audit(_noise_2, labels=3, exemplars=8, partitions=2, shots_per_partition=4, claimed_epsilon=2.0,
+                        confidence=0.95, delta=1e-5, alternatives=["noise_quarter", "no_noise"], white_box=True,
+                        max_trials=20_000)
+    assert out_wb["recommended"]["threat_model"] == "white-box"
+
+
+def test_no_black_box_design_within_the_cap_gives_the_advice_with_numbers():
+    """Where no one-canary black-box design decides within max_trials, nothing black-box is
+    recommended and the notes give white-box and the canary-per-partition design with their numbers."""
+    out = plan_audit(_noise_2, labels=2, exemplars=8, partitions=2, shots_per_partition=4, claimed_epsilon=2.0,
+                     confidence=0.95, delta=1e-5, alternatives=["noise_quarter", "no_noise"], white_box=False,
+                     max_trials=20)
+    assert out["recommended"] is None
+    for d in out["designs"]:
         if d["runnable"] and d["trials"] is not None:
             pytest.fail(f"a runnable design was proposed: {d}")
     wb = [d for d in out["designs"] if d["threat_model"] == "white-box"]
     assert wb and wb[0]["trials"] and wb[0]["requires"].startswith("target.white_box")
     assert "white-box noise conformance does with" in out["notes"][-1]
-    assert "moves every partition's vote" in out["notes"][-1]
-    # with the gateway's internals the same request has a recommendation: white-box
-    out_wb = plan_audit(noise_for, labels=3, exemplars=8, partitions=2, shots_per_partition=4, claimed_epsilon=2.0,
-                        confidence=0.95, delta=1e-5, alternatives=["noise_quarter", "no_noise"], white_box=True,
-                        max_trials=20_000)
-    assert out_wb["recommended"]["threat_model"] == "white-box"
 
 
 def test_recommended_design_fits_the_dataset_and_its_verdict_can_pass():

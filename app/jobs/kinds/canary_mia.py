@@ -161,7 +161,7 @@ class CanaryMIAKind(JobKind):
             out = plan_audit(noise_for, labels=labels, exemplars=n, partitions=parts0, shots_per_partition=shots0,
                              claimed_epsilon=claim, confidence=config.confidence, delta=delta,
                              alternatives=list(config.power.alternatives), min_detection=config.power.min_detection,
-                             threat_models=tms, floor=labels == 2 and t.defence != "L3", white_box=offers_wb,
+                             threat_models=tms, floor=labels >= 2 and t.defence != "L3", white_box=offers_wb,
                              seconds_per_trial=seconds_per_trial)
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.target.params") from None
