@@ -1,10 +1,11 @@
-"""Decoy labels in black-box sequential canary audits (docs/audit.md#decoy-labels, issue 28).
+"""Decoy labels in black-box canary audits, fixed design vs sequential (docs/audit.md#decoy-labels, issue 28).
 
-Simulated report-noisy-max targets seen black-box (the released label only) on the compare design of
-``benchmarks/ci_sequential_compare.py`` (12 exemplars, the planner's T at claims 1 and 2), the query's
-labels ``weather, music`` plus N decoys (``app.audit.queries.with_decoys``); the one-vote design model
-(with the canary one partition votes ``weather``, the rest ``music``; decoys get no votes). Per target
-mode and probe off/on: mean prompts and verdicts over REPS audits (seeds 0..REPS-1)::
+Simulated report-noisy-max targets seen black-box (the released label only), 12 exemplars, the query's
+labels ``weather, music`` plus N decoys (``app.audit.queries.with_decoys``), the one-vote design model
+(with the canary one partition votes ``weather``, the rest ``music``; decoys get no votes). The design is
+the planner's recommendation for these labels and ALTERNATIVES (``plan_audit``, as ``dpicl audit plan``
+gives it); per target mode: the fixed design's campaign and verdict, the sequential audit on the same
+partitions alone and with its probe; mean prompts (model calls) and verdicts over REPS audits::
 
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/bench_decoy_labels.py 40 1 noise_quarter,no_noise,winner_only
 """
@@ -13,37 +14,65 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
-from app.audit import SimulatedVotingTarget, resolve_query, rnm_noise
+from app.audit import CampaignConfig, SimulatedVotingTarget, resolve_query, rnm_noise, run_campaign
+from app.audit.campaign import assess_power
+from app.audit.planner import plan_audit
 from app.audit.probe import probe_arm
 from app.audit.queries import with_decoys
 from app.audit.sequential import run_sequential
-from benchmarks.ci_sequential_compare import CANARY, EXEMPLARS, N, BlackBox, _params, plan
+from app.jobs.kinds.canary_mia import CanaryMIAKind
+from benchmarks.ci_sequential_compare import CANARY, EXEMPLARS, N, BlackBox, _params
 
 MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth", "winner_only": "winner_only",
          "no_noise": {"noise_multiplier": 1e-12}}
+
+
+def _plan(eps: float, labels: int, alts: list[str]) -> dict[str, Any]:
+    def noise_for(t: int, s: int) -> Any:
+        return rnm_noise({"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": s}, N)
+
+    return plan_audit(noise_for, labels=labels, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=eps,
+                      confidence=0.95, delta=1e-5, alternatives=alts, white_box=False)["recommended"]
+
+
+def _fixed(target: Any, labels: list[str], eps: float, trials: int, alts: list[str], seed: int) -> str:
+    res = run_campaign(target, EXEMPLARS, CANARY, "input_output", task_labels=labels,
+                       config=CampaignConfig(trials=trials, threat_models=("black-box",)), rng=np.random.default_rng(seed))
+    out = res.to_dict()
+    rep = assess_power(res, target, N, eps, required=alts, min_detection=0.9)
+    out["power"] = None if rep is None else rep.to_dict()
+    return str(CanaryMIAKind().verdict(out, eps, None))
 
 
 def main() -> None:
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     decoys = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [0, 1]
     alts = sys.argv[3].split(",") if len(sys.argv) > 3 else ["noise_quarter", "no_noise", "winner_only"]
-    print(f"alternatives: {', '.join(alts)}; {reps} audits per row; cap 4000 trials")
+    print(f"alternatives: {', '.join(alts)}; {reps} audits per row; sequential cap 4000 trials")
     for eps in (1.0, 2.0):
-        t = plan(eps)["partitions"]
         for d in decoys:
-            attack = resolve_query("input_output", CANARY, with_decoys(["weather", "music"], d), EXEMPLARS, None)
+            labels = with_decoys(["weather", "music"], d)
+            rec = _plan(eps, len(labels), alts)
+            t, trials = rec["partitions"], rec["trials"]
+            print(f"eps={eps:g} decoys={d}: planned design {t} partitions x {rec['shots_per_partition']} shots, "
+                  f"{trials} trials ({rec['model_calls']} prompts), predicted detection {rec['detection']}", flush=True)
+            attack = resolve_query("input_output", CANARY, labels, EXEMPLARS, None)
             vw, vo = np.zeros(len(attack.labels)), np.zeros(len(attack.labels))
             vw[0], vw[1], vo[1] = 1.0, t - 1.0, float(t)
             for mode, bug in MODES.items():
-                for probe in (False, True):
+                for run in ("fixed", "seq", "seq+probe"):
                     res, t0 = [], time.time()
                     for s in range(reps):
                         nz = rnm_noise(_params(eps, t), N)
                         sim = SimulatedVotingTarget(vw, vo, nz.with_bug(bug))
-                        arm = probe_arm(sim, N, nz, t) if probe else None
+                        if run == "fixed":
+                            res.append((_fixed(BlackBox(sim), labels, eps, trials, alts, s), (trials // 2 * 2) * t))
+                            continue
+                        arm = probe_arm(sim, N, nz, t) if run == "seq+probe" else None
                         if arm is not None:
                             arm.target = BlackBox(arm.target)
                         r = run_sequential(BlackBox(sim), EXEMPLARS, attack, claimed_epsilon=eps, delta=1e-5, noise=nz,
@@ -51,8 +80,7 @@ def main() -> None:
                                            rng=np.random.default_rng(s), probe=arm)
                         res.append((r.verdict, r.prompts))
                     vs = [v for v, _ in res]
-                    print(f"eps={eps:g} T={t} decoys={d} {mode:14s} probe={probe!s:5s} "
-                          f"prompts={np.mean([p for _, p in res]):7.1f} "
+                    print(f"  {mode:14s} {run:9s} prompts={np.mean([p for _, p in res]):7.1f} "
                           + " ".join(f"{v}:{vs.count(v)}" for v in sorted(set(vs))) + f"  ({time.time() - t0:.0f}s)",
                           flush=True)
 

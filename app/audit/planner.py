@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.audit.conformance import conformance_power
@@ -181,12 +181,27 @@ def plan_audit(noise_for: Callable[[int, int], VotingNoise], *, labels: int, exe
              "a model that does not copy it lowers the real power",
              "a design is proposed only where the verdict's own power report (app.audit.power.design_power) "
              "could say pass: every required alternative detected and the claim below the ceiling"]
-    if "winner_only" in alternatives and not white_box:
-        notes.append("winner-only noise black-box: " + (
-            "a label that no exemplar carries (dataset.decoy_labels: 1) is never released by it, so the release "
-            "floor test finds it (a sequential audit: ~100-150 prompts, docs/audit.md#decoy-labels)" if labels == 2
-            else "the query's labels beyond two let the release floor test find it (its detection here is a lower "
-            "bound: the best single label's)"))
+    if "winner_only" in alternatives and not white_box and floor:
+        if labels == 2:
+            # a decoy label (no exemplar carries it) is never released by winner-only noise: the release floor
+            # finds it (docs/audit.md#decoy-labels); the same designs with one more label, for the advice
+            decoy = [replace(d, runnable=False, requires="dataset.decoy_labels: 1") for d in (
+                plan_black_box(noise_for(t, s), partitions=t, threat_models=threat_models, floor=floor,
+                               seconds_per_trial=seconds_per_trial, shots_per_partition=s, **{**common, "labels": 3})
+                for t, s in dict.fromkeys((d.partitions, d.shots_per_partition or 1) for d in designs
+                                          if d.threat_model == "black-box" and
+                                          d.partitions * (d.shots_per_partition or 1) <= exemplars))]
+            found = [d for d in decoy if d.trials is not None]
+            designs += found
+            cheapest = min(found, key=lambda d: d.model_calls or 0, default=None)
+            notes.append("winner-only noise black-box: a label that no exemplar carries is never released by it, so "
+                         "the release floor test finds it" + ("" if cheapest is None else
+                         f"; with dataset.decoy_labels: 1 the design {cheapest.partitions} partitions x "
+                         f"{cheapest.trials} trials ({cheapest.model_calls} model calls) decides") +
+                         " (docs/audit.md#decoy-labels)")
+        else:
+            notes.append("winner-only noise black-box: the query's labels beyond two let the release floor test find "
+                         "it (its detection here is a lower bound: the best single label's)")
     if not any(d.runnable and d.trials is not None for d in designs if d.threat_model == "black-box"):
         many = min((plan_many_votes(noise_for(d.partitions, d.shots_per_partition or 1), partitions=d.partitions,
                                     threat_models=threat_models, floor=floor, seconds_per_trial=seconds_per_trial,

@@ -188,3 +188,27 @@ def test_bernoulli_kl_against_scipy():
     for p, q in ((0.47, 0.83), (0.13, 0.169), (0.5, 0.5), (0.01, 0.99)):
         assert bernoulli_kl(p, q) == pytest.approx(stats.entropy([p, 1 - p], [q, 1 - q]), rel=1e-12, abs=1e-15)
     assert bernoulli_kl(0.0, 0.5) == pytest.approx(np.log(2.0), rel=1e-9)  # clipped, finite at the edges
+
+
+def test_the_planner_names_a_decoy_design_for_winner_only_noise():
+    """Two labels, winner-only required, black-box: the planner's own designs need thousands of model
+    calls; the same designs with one decoy (labels 3) are listed as needing dataset.decoy_labels: 1, the
+    cheapest named in the notes, and never recommended as if the configured audit could run them."""
+    from app.audit.planner import plan_audit
+
+    def noise_for(t, s):
+        return rnm_noise({"epsilon": 2.0, "delta": 1e-5, "partitions": t, "shots_per_partition": s}, N)
+
+    alts = ["noise_quarter", "no_noise", "winner_only"]
+    out = plan_audit(noise_for, labels=2, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=2.0,
+                     confidence=0.95, delta=1e-5, alternatives=alts, white_box=False)
+    decoy = [d for d in out["designs"] if d["requires"] == "dataset.decoy_labels: 1"]
+    assert decoy and all(d["labels"] == 3 and not d["runnable"] for d in decoy)
+    cheapest = min(decoy, key=lambda d: d["model_calls"])
+    assert out["recommended"]["labels"] == 2 and cheapest["model_calls"] * 5 < out["recommended"]["model_calls"]
+    note = next(n for n in out["notes"] if n.startswith("winner-only noise black-box"))
+    assert f"{cheapest['partitions']} partitions x {cheapest['trials']} trials" in note
+    # planned with the decoy (what the job does with dataset.decoy_labels: 1): that design is recommended
+    with_decoy = plan_audit(noise_for, labels=3, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=2.0,
+                            confidence=0.95, delta=1e-5, alternatives=alts, white_box=False)
+    assert with_decoy["recommended"]["model_calls"] == cheapest["model_calls"]
