@@ -155,3 +155,30 @@ def test_probe_off_runs_the_configured_design_alone(client):
         j = wait_job(client, job["id"], timeout=240)
     seq = j["result"]["sequential"]
     assert j["verdict"] == "violation" and list(seq["arms"]) == ["design"], j
+
+
+@pytest.mark.parametrize("mode,verdict", [("winner_only", "violation"), ("correct", "pass")])
+def test_a_decoy_label_makes_winner_only_noise_a_black_box_violation(client, mode, verdict):
+    """`dataset.decoy_labels: 1` through the jobs API against the independent gateway (black-box, 3 x 4
+    shots, claim 2, winner_only required): the gateway registers the decoy with the labels, winner-only
+    noise never releases it and the release floor finds that; a correct gateway passes, and its result
+    says what the decoy assumes."""
+    from tests.audit.standalone_gateway import StandaloneGateway
+
+    cfg = _gw_config("", False)
+    cfg["target"]["params"] = {"epsilon": 2.0, "delta": 1e-5, "partitions": 3, "shots_per_partition": 4}
+    cfg["dataset"] = {**cfg["dataset"], "decoy_labels": 1}
+    cfg["power"] = {"alternatives": ["noise_quarter", "no_noise", "winner_only"]}
+    with StandaloneGateway(mode, seed=3) as gw:
+        cfg["target"]["url"] = gw.url
+        job = submit(client, "canary_mia", cfg, claimed_epsilon=2.0)
+        j = wait_job(client, job["id"], timeout=240)
+    assert j["status"] == "succeeded", j
+    seq = j["result"]["sequential"]
+    assert j["verdict"] == verdict == seq["verdict"], j["verdict_reason"]
+    assert len(j["result"]["attack"]["labels"]) == 3
+    if verdict == "violation":
+        assert "release_floor" in seq["reason"]
+    else:
+        assert "winner_only by trial" in seq["reason"]
+        assert any("decoy label" in n for n in seq["notes"])
