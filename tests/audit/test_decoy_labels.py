@@ -200,8 +200,9 @@ def test_the_planner_names_a_decoy_design_for_winner_only_noise():
         return rnm_noise({"epsilon": 2.0, "delta": 1e-5, "partitions": t, "shots_per_partition": s}, N)
 
     alts = ["noise_quarter", "no_noise", "winner_only"]
+    cands = (2, 8)  # the cheapest designs: 8 partitions on two labels, 2 with a decoy (fewer candidates: a short test)
     out = plan_audit(noise_for, labels=2, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=2.0,
-                     confidence=0.95, delta=1e-5, alternatives=alts, white_box=False)
+                     confidence=0.95, delta=1e-5, alternatives=alts, white_box=False, candidates=cands)
     decoy = [d for d in out["designs"] if d["requires"] == "dataset.decoy_labels: 1"]
     assert decoy and all(d["labels"] == 3 and not d["runnable"] for d in decoy)
     cheapest = min(decoy, key=lambda d: d["model_calls"])
@@ -210,5 +211,5 @@ def test_the_planner_names_a_decoy_design_for_winner_only_noise():
     assert f"{cheapest['partitions']} partitions x {cheapest['trials']} trials" in note
     # planned with the decoy (what the job does with dataset.decoy_labels: 1): that design is recommended
     with_decoy = plan_audit(noise_for, labels=3, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=2.0,
-                            confidence=0.95, delta=1e-5, alternatives=alts, white_box=False)
+                            confidence=0.95, delta=1e-5, alternatives=alts, white_box=False, candidates=cands)
     assert with_decoy["recommended"]["model_calls"] == cheapest["model_calls"]
