@@ -1,14 +1,17 @@
 """Decoy labels on the real bundled model (docs/audit.md#decoy-labels): in-process ``rnm`` on SmolLM2
 seen black-box (the released label only), the compare design's claims, one decoy, the sequential
 audit with its probe; one audit per row. Also: how often the model's partitions vote for the decoy
-(the design vote model assumes never), counted white-box on the same contexts::
+(the design vote model assumes never), counted white-box on the same contexts. The decoy's name is
+the first argument (default: ``with_decoys``' "decoy 1")::
 
     PYTHONPATH=. OMP_NUM_THREADS=2 python benchmarks/decoy_inprocess.py
+    PYTHONPATH=. OMP_NUM_THREADS=2 python benchmarks/decoy_inprocess.py other
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import numpy as np
@@ -26,7 +29,8 @@ ALTS = ["noise_quarter", "no_noise", "winner_only"]
 
 def main() -> None:
     lm = load_lm(1)
-    attack = resolve_query("input_output", CANARY, with_decoys(["weather", "music"], 1), EXEMPLARS, None)
+    decoys: int | list[str] = sys.argv[1:2] or 1
+    attack = resolve_query("input_output", CANARY, with_decoys(["weather", "music"], decoys), EXEMPLARS, None)
     rows = []
     for eps in (1.0, 2.0):
         t = plan(eps)["partitions"]
@@ -45,7 +49,7 @@ def main() -> None:
             r = run_sequential(BlackBox(target), EXEMPLARS, attack, claimed_epsilon=eps, delta=1e-5, noise=nz,
                                partitions=t, alternatives=ALTS, alpha=0.05, cap=2000, rng=np.random.default_rng(1),
                                probe=arm)
-            row = {"epsilon": eps, "partitions": t, "mode": mode, "verdict": r.verdict, "prompts": r.prompts,
+            row = {"decoy": attack.labels[2], "epsilon": eps, "partitions": t, "mode": mode, "verdict": r.verdict, "prompts": r.prompts,
                    "seconds": round(time.perf_counter() - t0, 1), "reason": r.reason[:300],
                    "clean_votes": {k: [float(x) for x in v] for k, v in votes.items()}}
             print(json.dumps(row), flush=True)

@@ -215,15 +215,24 @@ def resolve_query(
 DECOY_PREFIX = "decoy"
 
 
-def with_decoys(labels: Sequence[str], n: int) -> list[str]:
-    """``labels`` followed by ``n`` decoy labels that no exemplar carries ("decoy 1", ...; a name already
-    among the labels gets a suffix). A correct report-noisy-max noises every label it votes over, so each
+def with_decoys(labels: Sequence[str], decoys: int | Sequence[str]) -> list[str]:
+    """``labels`` followed by decoy labels that no exemplar carries: ``decoys`` of them named "decoy 1",
+    ... (a name already among the labels gets a suffix), or the given names (one equal to a label, or
+    twice the same: ValueError). A correct report-noisy-max noises every label it votes over, so each
     decoy is released at least at the release floor whatever the votes; an implementation that noises
     only the winner (or only labels with exemplars) never releases them: black-box, decoys turn those
-    bugs into gross violations of the claim (docs/audit.md, "Decoy labels")."""
+    bugs into gross violations of the claim, as long as the model gives them no votes -- which depends
+    on the name (docs/audit.md, "Decoy labels")."""
     out = list(labels)
     taken = set(out)
-    for i in range(1, int(n) + 1):
+    if not isinstance(decoys, int):
+        for name in decoys:
+            if name in taken:
+                raise ValueError(f"decoy label {name!r} is already one of the query's labels")
+            out.append(name)
+            taken.add(name)
+        return out
+    for i in range(1, int(decoys) + 1):
         name, j = f"{DECOY_PREFIX} {i}", 1
         while name in taken:
             j += 1

@@ -213,3 +213,23 @@ def test_the_planner_names_a_decoy_design_for_winner_only_noise():
     with_decoy = plan_audit(noise_for, labels=3, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=2.0,
                             confidence=0.95, delta=1e-5, alternatives=alts, white_box=False, candidates=cands)
     assert with_decoy["recommended"]["model_calls"] == cheapest["model_calls"]
+
+
+def test_decoy_names_in_a_canary_config():
+    """Named decoys (a model may vote for a name: docs/audit.md#decoy-labels): appended as given; one
+    equal to a task label, or twice the same, is refused naming the field."""
+    from pydantic import ValidationError
+
+    from app.jobs.kinds.canary_config import CanaryMIAConfig
+    from app.jobs.kinds.canary_data import _query_labels
+
+    base = {"target": {"type": "simulated", "params": {"epsilon": 1, "delta": 1e-5, "partitions": 4}},
+            "dataset": {"size": 8, "labels": ["yes", "no"],
+                        "exemplars": [{"input": f"x {i}", "output": ["yes", "no"][i % 2]} for i in range(8)],
+                        "decoy_labels": ["other"]}, "query": "input_output"}
+    cfg = CanaryMIAConfig.model_validate(base)
+    assert _query_labels(cfg) == 3
+    assert with_decoys(["yes", "no"], ["other", "zz"]) == ["yes", "no", "other", "zz"]
+    for bad in (["no"], ["other", "other"]):
+        with pytest.raises(ValidationError, match="decoy_labels"):
+            CanaryMIAConfig.model_validate({**base, "dataset": {**base["dataset"], "decoy_labels": bad}})

@@ -23,7 +23,8 @@ from app.jobs.config_view import TEXT_FIELDS, public_config
 # GET /v1/datasets/{id}), a new set's name, the test kind's message.
 PUBLIC_FIELDS: dict[str, set[str]] = {
     "canary_mia": {"target.mechanism", "target.params", "target.model", "target.embedder", "target.bug",
-                   "target.url", "target.api_key_env", "dataset.bundled", "dataset.labels"},
+                   "target.url", "target.api_key_env", "dataset.bundled", "dataset.labels",
+                   "dataset.decoy_labels"},  # label names no exemplar carries: declared like dataset.labels
     "iclinf": {"models", "dataset.name", "dataset.id"},
     "synthesize": {"dataset_id", "model", "name"},
     "sleep": {"fail_message"},

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.jobs import secrets
-from app.jsonbody import JSONBody
+from app.jsonbody import JSONBody, VisibleText
 
 
 class TargetConfig(secrets.TargetCredentials):
@@ -56,11 +56,24 @@ class DatasetConfig(JSONBody):
     size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
     exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
     labels: list[str] | None = Field(default=None, max_length=100)  # as a registered set's
-    decoy_labels: int = Field(default=0, ge=0, le=8, description=(
-        "classification: labels that no exemplar carries, added to the query's label set; black-box they make "
-        "winner-only noise a violation (docs/audit.md#decoy-labels)"))
+    decoy_labels: Annotated[int, Field(ge=0, le=8)] | Annotated[list[VisibleText], Field(max_length=8)] = Field(
+        default=0, description=(
+            "classification: labels that no exemplar carries, added to the query's label set (a count, named "
+            "'decoy 1', ..., or the names); black-box they make winner-only noise a violation, if the model gives "
+            "them no votes (docs/audit.md#decoy-labels)"))
     template: dict[str, Any] | None = None
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
+
+    @model_validator(mode="after")
+    def _distinct_decoys(self) -> DatasetConfig:
+        if isinstance(self.decoy_labels, list):
+            from app.audit.queries import with_decoys
+
+            try:  # inline labels: checked here; a bundled task's when the job runs
+                with_decoys(self.labels or [], self.decoy_labels)
+            except ValueError as exc:
+                raise ValueError(f"decoy_labels: {exc}") from None
+        return self
 
 
 class CanaryConfig(JSONBody):

@@ -79,8 +79,12 @@ def _query_labels(config: CanaryMIAConfig) -> int:
     ex, labels, _, template = _dataset(config.dataset)
     canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
     try:
-        return len(resolve_query(config.query or "inquiry", canary, with_decoys(labels, config.dataset.decoy_labels),
-                                 ex[:config.dataset.size], template).labels)
+        query_labels = with_decoys(labels, config.dataset.decoy_labels)
+    except ValueError as exc:
+        raise JobConfigError(str(exc), param="config.dataset.decoy_labels") from None
+    try:
+        return len(resolve_query(config.query or "inquiry", canary, query_labels, ex[:config.dataset.size],
+                                 template).labels)
     except (ValueError, TypeError) as exc:
         raise JobConfigError(str(exc), param="config.query") from None
 

@@ -261,13 +261,16 @@ class CanaryMIAKind(JobKind):
         c = config.canary
         label = c.label or _rarest_label(labels, exemplars)
         try:
+            query_labels = with_decoys(labels, config.dataset.decoy_labels)
+        except ValueError as exc:
+            raise JobConfigError(str(exc), param="config.dataset.decoy_labels") from None
+        try:
             if c.text is not None:
                 canary = Canary(c.type, c.text, label)
             else:
                 canary = make_canary(c.type, rng, label=label, dataset_texts=[a for a, _ in all_ex],
                                      heldout=heldout, tokenizer=lm)
-            attack = resolve_query(config.query or "inquiry", canary, with_decoys(labels, config.dataset.decoy_labels),
-                                   exemplars, template)
+            attack = resolve_query(config.query or "inquiry", canary, query_labels, exemplars, template)
         except ValueError as exc:
             raise JobConfigError(str(exc), param="config.canary") from None
         if t.type == "mechanism":

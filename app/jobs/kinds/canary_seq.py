@@ -77,7 +77,8 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
                              progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m), probe=probe,
                              min_detection=config.power.min_detection)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
-    decoys = int(getattr(config.dataset, "decoy_labels", 0) or 0)
+    spec = getattr(config.dataset, "decoy_labels", 0) or 0
+    decoys = spec if isinstance(spec, int) else len(spec)
     if decoys and res.vote_model == "assumed":
         seq["notes"].append(f"{decoys} decoy label(s) (no exemplar carries them): their floor tests hold for any votes, "
                             "but a pass assumes the model gives them none; a model that votes for a decoy can let "
