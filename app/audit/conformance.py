@@ -23,6 +23,7 @@ bound is the check that needs no trust. The power against a scale alternative
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -180,30 +181,46 @@ def min_release_probability(noise: VotingNoise, partitions: int, labels: int = 2
     of two i.i.d. draws: Gaussian N(0, 2 s^2) -> Phi(-T / (s sqrt 2)); Laplace(b) ->
     e^(-T/b) (1 + T/(2b)) / 2; Gumbel(b) -> logistic(0, b): 1 / (1 + e^(T/b)). Gumbel, any k (the
     Gumbel-max trick: a softmax of v/b): 1 / (e^(T/b) + k - 1). Gaussian and Laplace, k > 2: the
-    one-dimensional integral by adaptive quadrature (scipy ``quad``, absolute error <= 1e-12)."""
-    s, t, k = float(noise.scale), float(partitions), int(labels)
-    if k < 2:
+    one-dimensional integral by adaptive quadrature (scipy ``quad``, absolute error <= 1e-12), cached
+    (the planner asks for the same floor at every trial count it tries)."""
+    if int(labels) < 2:
         raise ValueError("the release floor needs >= 2 labels")
-    if noise.kind == "gumbel":
+    return _floor(noise.kind, float(noise.scale), float(partitions), int(labels))
+
+
+@functools.lru_cache(maxsize=1024)
+def _floor(kind: str, s: float, t: float, k: int) -> float:
+    if kind == "gumbel":
         return float(stats.logistic.sf(t / s)) if k == 2 else float(1.0 / (math.exp(min(t / s, 700.0)) + k - 1))
-    if noise.kind == "gaussian":
+    if kind == "gaussian":
         if k == 2:
             return float(stats.norm.sf(t / (s * math.sqrt(2.0))))
-        law: Any = stats.norm(0.0, s)
-    elif noise.kind == "laplace":
+        root = s * math.sqrt(2.0)
+
+        def pdf(z: float) -> float:
+            return math.exp(-0.5 * (z / s) ** 2) / (s * math.sqrt(2.0 * math.pi))
+
+        def cdf(x: float) -> float:
+            return 0.5 * math.erfc(-x / root)
+    elif kind == "laplace":
         if k == 2:
             return float(0.5 * math.exp(-t / s) * (1.0 + t / (2.0 * s)))
-        law = stats.laplace(0.0, s)
+
+        def pdf(z: float) -> float:
+            return math.exp(-abs(z) / s) / (2.0 * s)
+
+        def cdf(x: float) -> float:
+            return 0.5 * math.exp(x / s) if x < 0 else 1.0 - 0.5 * math.exp(-x / s)
     else:
-        raise ValueError(f"unknown noise {noise.kind!r}")
+        raise ValueError(f"unknown noise {kind!r}")
     from scipy import integrate
 
     def integrand(z: float) -> float:
-        return float(law.pdf(z) * law.cdf(z - t) * law.cdf(z) ** (k - 2))
+        return pdf(z) * cdf(z - t) * cdf(z) ** (k - 2)
 
     # the integrand lives where z is above T - a few scales and below a few scales past it
-    lo, hi = -40.0 * s, t + 40.0 * s
-    val, _ = integrate.quad(integrand, lo, hi, points=[0.0, t], epsabs=1e-12, epsrel=1e-10, limit=200)
+    val, _ = integrate.quad(integrand, -40.0 * s, t + 40.0 * s, points=[0.0, t], epsabs=1e-12, epsrel=1e-10,
+                            limit=200)
     return float(min(max(val, 0.0), 1.0 / k))
 
 
