@@ -43,6 +43,35 @@ FAST = dict(
 )
 
 
+def claim_concurrently(db, workers: int = 6) -> dict[str, list[str]]:
+    """``workers`` threads released at once, each calling ``repository.claim_next`` until the queue is
+    empty: job id -> the workers that claimed it (each job must appear once, with one worker)."""
+    import threading
+
+    from app.jobs import repository as repo
+
+    claimed: dict[str, list[str]] = {}
+    lock = threading.Lock()
+    barrier = threading.Barrier(workers)
+
+    def worker(n: int) -> None:
+        barrier.wait()
+        while True:
+            with db.session() as s:
+                job_id = repo.claim_next(s, f"w{n}")
+            if job_id is None:
+                return
+            with lock:
+                claimed.setdefault(job_id, []).append(f"w{n}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return claimed
+
+
 def job_settings(database_url: str, **overrides):
     return server_settings(database_url, **{**FAST, "job_runner": "inprocess", **overrides})
 

@@ -4,7 +4,6 @@ that the API shows follows the order the runners take."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -17,7 +16,7 @@ from app.jobs import repository as repo
 from app.store import Database
 from app.store.job_tables import AuditJob
 from tests.conftest import DB_KINDS, full_key, running_app
-from tests.jobs.conftest import Proc, fast_env, job_settings, wait_for
+from tests.jobs.conftest import Proc, claim_concurrently, fast_env, job_settings, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -135,29 +134,15 @@ def test_positions_are_the_order_in_which_jobs_are_claimed(q):
 def test_concurrent_claims_over_several_tenants_take_each_job_once(q):
     db = q
     ids = {_new(db, f"t{n % 3}") for n in range(36)}
-    claimed: dict[str, list[str]] = {}
-    lock = threading.Lock()
-    barrier = threading.Barrier(6)
-
-    def worker(n: int):
-        barrier.wait()
-        while (job_id := _claim(db, f"w{n}")) is not None:
-            with lock:
-                claimed.setdefault(job_id, []).append(f"w{n}")
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    claimed = claim_concurrently(db, 6)
     assert set(claimed) == ids
     assert all(len(v) == 1 for v in claimed.values()), {k: v for k, v in claimed.items() if len(v) > 1}
 
 
 def test_a_message_that_runs_another_job_hands_that_jobs_message_over(q, jobs_db):
-    db = q
     """PostgreSQL: "run job X" took Y (fair order); Y's waiting message becomes X's, so each queued row
     keeps one message and the sweeper finds none missing."""
+    db = q
     if not jobs_db.startswith("postgresql"):
         pytest.skip("procrastinate is the PostgreSQL transport")
     import psycopg

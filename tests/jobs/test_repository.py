@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from app.jobs import webhook_repo
 from app.store.job_tables import AuditJob
 from app.store import Database
 from app.store.base import utcnow
+from tests.jobs.conftest import claim_concurrently
 
 
 @pytest.fixture(scope="module")
@@ -52,25 +52,7 @@ def _drain(db):
 def test_concurrent_claims_take_each_job_exactly_once(db):
     _drain(db)
     ids = {_new(db) for _ in range(30)}
-    claimed: dict[str, list[str]] = {}
-    lock = threading.Lock()
-    barrier = threading.Barrier(6)
-
-    def worker(n: int):
-        barrier.wait()
-        while True:
-            with db.session() as s:
-                job_id = repo.claim_next(s, f"w{n}")
-            if job_id is None:
-                return
-            with lock:
-                claimed.setdefault(job_id, []).append(f"w{n}")
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    claimed = claim_concurrently(db, 6)
     assert set(claimed) == ids
     assert all(len(v) == 1 for v in claimed.values()), {k: v for k, v in claimed.items() if len(v) > 1}
     for job_id, (w,) in claimed.items():
