@@ -70,18 +70,26 @@ def _generation_dataset(c: DatasetConfig):
     return ex, heldout, template
 
 
+def _with_decoys(labels: list[str], dataset: Any) -> list[str]:
+    """The task labels and ``dataset.decoy_labels``' decoys (``queries.with_decoys``); a decoy name equal to
+    a task label (a bundled task's, known only here) is a 422 naming the field."""
+    from app.audit.queries import with_decoys
+
+    try:
+        return with_decoys(labels, dataset.decoy_labels)
+    except ValueError as exc:
+        raise JobConfigError(str(exc), param="config.dataset.decoy_labels") from None
+
+
 def _query_labels(config: CanaryMIAConfig) -> int:
     """How many labels the attack query votes over (task labels plus the strategy's literals and the
     canary's label), as ``run`` resolves it; no model is needed."""
     from app.audit.canaries import Canary
-    from app.audit.queries import resolve_query, with_decoys
+    from app.audit.queries import resolve_query
 
     ex, labels, _, template = _dataset(config.dataset)
     canary = Canary(config.canary.type, "0" * 16, config.canary.label or labels[0])
-    try:
-        query_labels = with_decoys(labels, config.dataset.decoy_labels)
-    except ValueError as exc:
-        raise JobConfigError(str(exc), param="config.dataset.decoy_labels") from None
+    query_labels = _with_decoys(labels, config.dataset)
     try:
         return len(resolve_query(config.query or "inquiry", canary, query_labels, ex[:config.dataset.size],
                                  template).labels)

@@ -42,6 +42,7 @@ from app.jobs.kinds.canary_data import (  # noqa: F401
     _rarest_label,
     _rows_csv,
     _served,
+    _with_decoys,
 )
 
 log = logging.getLogger("dpicl.jobs.canary_mia")
@@ -246,7 +247,6 @@ class CanaryMIAKind(JobKind):
             rnm_noise,
         )
         from app.audit.canaries import Canary
-        from app.audit.queries import with_decoys
 
         if config.task == "generation":
             return self._run_generation(ctx, config)
@@ -260,10 +260,7 @@ class CanaryMIAKind(JobKind):
         lm = _served(ctx, t.model, "lm", "config.target.model") if t.type == "mechanism" else None
         c = config.canary
         label = c.label or _rarest_label(labels, exemplars)
-        try:
-            query_labels = with_decoys(labels, config.dataset.decoy_labels)
-        except ValueError as exc:
-            raise JobConfigError(str(exc), param="config.dataset.decoy_labels") from None
+        query_labels = _with_decoys(labels, config.dataset)
         try:
             if c.text is not None:
                 canary = Canary(c.type, c.text, label)
