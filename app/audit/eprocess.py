@@ -313,11 +313,12 @@ class NoiseEvidence:
         return math.exp(self.log_alt[name])
 
 
-__all__ = ["B_MAX", "BettingEProcess", "NoiseEvidence", "SCALE_DOWN", "bernoulli_kl", "max_both_right", "max_pair_accuracy",
-           "toward"]
-
-
 def bernoulli_kl(p: float, q: float) -> float:
     """Bernoulli KL(p || q) in nats (clipped away from 0 and 1): the growth rate of a bet on q when p holds."""
     p, q = min(max(p, 1e-12), 1 - 1e-12), min(max(q, 1e-12), 1 - 1e-12)
     return p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
+
+
+__all__ = ["B_MAX", "BettingEProcess", "NoiseEvidence", "SCALE_DOWN", "bernoulli_kl", "max_both_right",
+           "max_pair_accuracy", "toward"]
+
