@@ -18,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from app.audit import CampaignConfig, SimulatedVotingTarget, resolve_query, rnm_noise, run_campaign
-from app.audit.campaign import assess_power
+from app.audit import SimulatedVotingTarget, resolve_query, rnm_noise
 from app.audit.planner import plan_audit
 from app.audit.probe import probe_arm
 from app.audit.queries import with_decoys
 from app.audit.sequential import run_sequential
-from app.jobs.kinds.canary_mia import CanaryMIAKind
-from benchmarks.ci_sequential_compare import CANARY, EXEMPLARS, N, BlackBox, _params
+from benchmarks.ci_sequential_compare import CANARY, EXEMPLARS, N, BlackBox, _fixed, _params
 
 MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "noise_tenth", "winner_only": "winner_only",
          "no_noise": {"noise_multiplier": 1e-12}}
@@ -37,15 +35,6 @@ def _plan(eps: float, labels: int, alts: list[str]) -> dict[str, Any]:
 
     return plan_audit(noise_for, labels=labels, exemplars=N, partitions=4, shots_per_partition=3, claimed_epsilon=eps,
                       confidence=0.95, delta=1e-5, alternatives=alts, white_box=False)["recommended"]
-
-
-def _fixed(target: Any, labels: list[str], eps: float, trials: int, alts: list[str], seed: int) -> str:
-    res = run_campaign(target, EXEMPLARS, CANARY, "input_output", task_labels=labels,
-                       config=CampaignConfig(trials=trials, threat_models=("black-box",)), rng=np.random.default_rng(seed))
-    out = res.to_dict()
-    rep = assess_power(res, target, N, eps, required=alts, min_detection=0.9)
-    out["power"] = None if rep is None else rep.to_dict()
-    return str(CanaryMIAKind().verdict(out, eps, None))
 
 
 def main() -> None:
@@ -70,7 +59,8 @@ def main() -> None:
                         nz = rnm_noise(_params(eps, t), N)
                         sim = SimulatedVotingTarget(vw, vo, nz.with_bug(bug))
                         if run == "fixed":
-                            res.append((_fixed(BlackBox(sim), labels, eps, trials, alts, s), (trials // 2 * 2) * t))
+                            verdict = _fixed(BlackBox(sim), attack, eps, trials, s, labels, alts)[0]
+                            res.append((verdict, (trials // 2 * 2) * t))
                             continue
                         arm = probe_arm(sim, N, nz, t) if run == "seq+probe" else None
                         if arm is not None:

@@ -16,6 +16,7 @@ repetitions). Model calls = prompts = classify calls x partitions.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -67,12 +68,14 @@ def plan(eps: float) -> dict[str, Any]:
     return out["recommended"]
 
 
-def _fixed(target: Any, attack: Any, eps: float, trials: int, seed: int) -> tuple[str, int, str]:
-    res = run_campaign(target, EXEMPLARS, CANARY, "input_output", task_labels=["weather", "music"],
+def _fixed(target: Any, attack: Any, eps: float, trials: int, seed: int, labels: Sequence[str] = ("weather", "music"),
+           alternatives: Sequence[str] = ALTS) -> tuple[str, int, str]:
+    """(verdict, model calls, reason) of the fixed design's campaign and the job's verdict on it."""
+    res = run_campaign(target, EXEMPLARS, CANARY, "input_output", task_labels=list(labels),
                        config=CampaignConfig(trials=trials, threat_models=("black-box",)),
                        rng=np.random.default_rng(seed))
     out = res.to_dict()
-    rep = assess_power(res, target, N, eps, required=ALTS, min_detection=0.9)
+    rep = assess_power(res, target, N, eps, required=list(alternatives), min_detection=0.9)
     out["power"] = None if rep is None else rep.to_dict()
     v = CanaryMIAKind().verdict(out, eps, None)
     return str(v), res.model_calls, out.get("verdict_reason", "")
