@@ -140,12 +140,17 @@ def test_esa_direct_audit_reaches_a_verdict_with_its_power(client):
     assert "this design reaches the power with" in r["verdict_reason"], r["verdict_reason"]
 
 
-def test_esa_audit_with_planned_trials_passes(client):
+def test_esa_audit_with_planned_trials_passes(client, database_url):
     """trials 'auto' for a white-box generation audit: the worker plans with its embedder (the same
     design the verdict's power uses), runs the planned count against the correct esa mechanism on the
     bundled models (claim 0.5, alternative non_private: the noise test sees it, so the white-box
     split's minimum of 14 trials sets the plan) and ends pass on the noise it observed; the design
     model is not what the pass rests on (no model check)."""
+    if not database_url.startswith("sqlite"):
+        # 45 s of model calls on the 2-core machine; the generation job's SQL on PostgreSQL (result, power,
+        # verdict) is test_esa_direct_audit_reaches_a_verdict_with_its_power[postgres]'s, and the plan's
+        # count does not depend on the database
+        pytest.skip("the 14-trial planned esa audit runs once, on SQLite (PostgreSQL: the direct audit test)")
     target = {**ESA, "params": {**ESA["params"], "epsilon": 0.5}}
     job = submit(client, "canary_mia", {"task": "generation", "target": target, "dataset": {"size": 4},
                                         "canary": {"type": "false_fact"}, "threat_model": "white-box",
