@@ -2,7 +2,7 @@
 seen black-box (the released label only), the compare design's claims, one decoy, the sequential
 audit with its probe; one audit per row. Also: how often the model's partitions vote for the decoy
 (the design vote model assumes never), counted white-box on the same contexts. The decoy's name is
-the first argument (default: ``with_decoys``' "decoy 1")::
+the first argument (default: ``with_decoys``' counted name, "weather (decoy 1)")::
 
     PYTHONPATH=. OMP_NUM_THREADS=2 python benchmarks/decoy_inprocess.py
     PYTHONPATH=. OMP_NUM_THREADS=2 python benchmarks/decoy_inprocess.py other

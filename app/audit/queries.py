@@ -212,17 +212,25 @@ def resolve_query(
     return AttackQuery(s.name, text, tuple(labels), pos, neg, s.instruction, canary)
 
 
-DECOY_PREFIX = "decoy"
+DECOY_SUFFIX = "decoy"
 
 
 def with_decoys(labels: Sequence[str], decoys: int | Sequence[str]) -> list[str]:
-    """``labels`` followed by decoy labels that no exemplar carries: ``decoys`` of them named "decoy 1",
-    ... (a name already among the labels gets a suffix), or the given names (one equal to a label, or
-    twice the same: ValueError). A correct report-noisy-max noises every label it votes over, so each
-    decoy is released at least at the release floor whatever the votes; an implementation that noises
-    only the winner (or only labels with exemplars) never releases them: black-box, decoys turn those
-    bugs into gross violations of the claim, as long as the model gives them no votes -- which depends
-    on the name (docs/audit.md, "Decoy labels")."""
+    """``labels`` followed by decoy labels that no exemplar carries: ``decoys`` of them, or the given
+    names (one equal to a label, or twice the same: ValueError). A correct report-noisy-max noises every
+    label it votes over, so each decoy is released at least at the release floor whatever the votes; an
+    implementation that noises only the winner (or only labels with exemplars) never releases a label
+    without votes: black-box, decoys turn those bugs into gross violations of the claim, as long as the
+    model gives them no votes.
+
+    A count names decoy i after a query label L (cycling through them): ``"L (decoy i)"``, so that its
+    continuation is L's followed by more tokens (byte-level BPE splits before " (": the bundled
+    tokenizers do). A partition's vote is the argmax of the labels' summed continuation log-probs
+    (app/icl/scoring.py), and log p(L + rest) = log p(L) + log p(rest | L) <= log p(L), a tie going to
+    the first index, L's: **such a decoy never gets a vote**, on any model that scores labels that way
+    (measured on SmolLM2: 0 of 128 partition votes, where a name of its own, "decoy 1", got 17; names
+    the caller gives carry no such guarantee: docs/audit.md, "Decoy labels"). A name already among the
+    labels gets a further suffix."""
     out = list(labels)
     taken = set(out)
     if not isinstance(decoys, int):
@@ -232,11 +240,13 @@ def with_decoys(labels: Sequence[str], decoys: int | Sequence[str]) -> list[str]
             out.append(name)
             taken.add(name)
         return out
+    base = list(labels)
     for i in range(1, int(decoys) + 1):
-        name, j = f"{DECOY_PREFIX} {i}", 1
+        stem = f"{base[(i - 1) % len(base)]} ({DECOY_SUFFIX} {i}" if base else f"{DECOY_SUFFIX} {i}"
+        name, j = f"{stem})" if base else stem, 1
         while name in taken:
             j += 1
-            name = f"{DECOY_PREFIX} {i}.{j}"
+            name = f"{stem}.{j})" if base else f"{stem}.{j}"
         out.append(name)
         taken.add(name)
     return out

@@ -67,8 +67,41 @@ def test_the_k_label_floor_reduces_to_the_two_label_closed_forms_and_gumbels_sof
 
 def test_decoy_names_never_collide_with_the_task_labels():
     assert with_decoys(["a", "b"], 0) == ["a", "b"]
-    out = with_decoys(["decoy 1", "b"], 2)
-    assert out[:2] == ["decoy 1", "b"] and len(set(out)) == 4 and all(x.startswith("decoy") for x in out[2:])
+    assert with_decoys(["a", "b"], 3) == ["a", "b", "a (decoy 1)", "b (decoy 2)", "a (decoy 3)"]
+    out = with_decoys(["a", "a (decoy 1)"], 1)
+    assert out[:2] == ["a", "a (decoy 1)"] and len(set(out)) == 3 and out[2].startswith("a (decoy 1")
+    with pytest.raises(ValueError):
+        with_decoys(["a", "b"], ["b"])
+
+
+def test_a_counted_decoy_extends_its_label_and_never_gets_a_vote(lm):
+    """A counted decoy is its label L followed by more text: on the bundled tokenizer its continuation's
+    tokens start with L's, so its summed log-prob is below L's and no partition ever votes for it
+    (in-process rnm on SmolLM2, the canary contexts of the compare design, 8 partition draws each,
+    with and without the canary). A decoy with a name of its own gets votes there (the hex canary's
+    partition likes an odd label): the guarantee is the naming's, not the model's."""
+    from app.audit import MechanismTarget
+    from app.audit.insertion import paired_contexts
+    from app.icl.templates import get_template
+
+    tpl = get_template(None)
+    tok = lambda s: lm.tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    labels = with_decoys(["weather", "music"], 2)
+    for decoy, base in zip(labels[2:], labels[:2]):
+        (cd, cb) = tpl.continuations([decoy, base])
+        assert tok(cd)[:len(tok(cb))] == tok(cb) and len(tok(cd)) > len(tok(cb)), (decoy, tok(cd), tok(cb))
+    seen = {}
+    for name in (1, ["decoy 1"]):
+        attack = resolve_query("input_output", CANARY, with_decoys(["weather", "music"], name), EXEMPLARS, None)
+        c1, c0 = paired_contexts(EXEMPLARS, attack.canary.exemplar(), 0)
+        target = MechanismTarget(lm, "rnm", _params(1.0, 5), {})
+        votes = np.zeros(3)
+        for seed in range(8):
+            for c in (c1, c0):
+                votes += np.asarray(target.observe(c, attack, np.random.default_rng(seed)).clean_votes)
+        seen[attack.labels[2]] = votes
+    assert seen["weather (decoy 1)"][2] == 0 and seen["weather (decoy 1)"].sum() == 80, seen
+    assert seen["decoy 1"][2] > 0, seen  # SmolLM2 votes for a decoy named on its own (12 of 80 here)
 
 
 def _attack(decoys: int):

@@ -58,8 +58,9 @@ class DatasetConfig(JSONBody):
     labels: list[str] | None = Field(default=None, max_length=100)  # as a registered set's
     decoy_labels: Annotated[int, Field(ge=0, le=8)] | Annotated[list[VisibleText], Field(max_length=8)] = Field(
         default=0, description=(
-            "classification: labels that no exemplar carries, added to the query's label set (a count, named "
-            "'decoy 1', ..., or the names); black-box they make winner-only noise a violation, if the model gives "
+            "classification: labels that no exemplar carries, added to the query's label set (a count: each "
+            "named after a label L, 'L (decoy i)', which a model that scores labels by summed log-probs never "
+            "votes for; or the names); black-box they make winner-only noise a violation, if the model gives "
             "them no votes (docs/audit.md#decoy-labels)"))
     template: dict[str, Any] | None = None
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")

@@ -80,9 +80,13 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     spec = getattr(config.dataset, "decoy_labels", 0) or 0
     decoys = spec if isinstance(spec, int) else len(spec)
     if decoys and res.vote_model == "assumed":
-        seq["notes"].append(f"{decoys} decoy label(s) (no exemplar carries them): their floor tests hold for any votes, "
-                            "but a pass assumes the model gives them none; a model that votes for a decoy can let "
-                            "winner-only noise pass (docs/audit.md#decoy-labels)")
+        seq["notes"].append(
+            f"{decoys} decoy label(s) (no exemplar carries them): their floor tests hold for any votes, but a pass "
+            "assumes the model gives them none; "
+            + ("counted decoys extend a label ('L (decoy i)') and get no vote from a target that scores labels by "
+               "summed log-probs, as dpicl does" if isinstance(spec, int) else
+               "named decoys carry no such guarantee: a model that votes for one can let winner-only noise pass")
+            + " (docs/audit.md#decoy-labels)")
     return {"mode": "sequential", "target": target.name, "epsilon": None,
             "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
             "model_calls": res.trials, "trials_total": res.trials, "sequential": seq, "power": None,
