@@ -32,7 +32,7 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/dpicl models --warm
 	scripts/ensure_chromium.sh
-	$(BIN)/pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist loadfile
 
 clean-venv:
 	rm -rf $(VENV)

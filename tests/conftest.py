@@ -9,6 +9,7 @@ DPICL_TEST_SKIP_POSTGRES=1 to run the SQLite half alone on a machine without one
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -206,3 +207,35 @@ def live_server(database_url, lm, embedder):
     yield srv.url
     srv.stop()
     rt.close()
+
+
+# The doc-test count in the terminal summary (tests/docs/test_doc_examples.py fills it). Under
+# pytest-xdist (`make test` runs 2 workers) a worker fills the tally: it hands it back at the end of its
+# session (``workeroutput``) and the controller, which prints the summary, merges it.
+_KEY = "dpicl_doc_tally"
+
+
+def pytest_sessionfinish(session):
+    from tests.docs.doc_blocks import TALLY
+
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None and TALLY:  # an xdist worker: hand the tally to the controller
+        out[_KEY] = json.dumps([[list(k) if isinstance(k, tuple) else k, v] for k, v in TALLY.items()])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from tests.docs.doc_blocks import TALLY
+
+    text = getattr(node, "workeroutput", {}).get(_KEY)
+    for k, v in json.loads(text) if text else []:
+        TALLY[tuple(k) if isinstance(k, list) else k] = tuple(v) if k == "static" else v
+
+
+def pytest_terminal_summary(terminalreporter):
+    from tests.docs.doc_blocks import summary_line
+
+    line = summary_line()
+    if line:
+        terminalreporter.write_sep("-", "doc examples")
+        terminalreporter.write_line(line)
