@@ -240,13 +240,13 @@ def with_decoys(labels: Sequence[str], decoys: int | Sequence[str]) -> list[str]
             out.append(name)
             taken.add(name)
         return out
-    base = list(labels)
     for i in range(1, int(decoys) + 1):
-        stem = f"{base[(i - 1) % len(base)]} ({DECOY_SUFFIX} {i}" if base else f"{DECOY_SUFFIX} {i}"
-        name, j = f"{stem})" if base else stem, 1
+        stem, close = (f"{labels[(i - 1) % len(labels)]} ({DECOY_SUFFIX} {i}", ")") if labels else \
+            (f"{DECOY_SUFFIX} {i}", "")
+        name, j = stem + close, 1
         while name in taken:
             j += 1
-            name = f"{stem}.{j})" if base else f"{stem}.{j}"
+            name = f"{stem}.{j}{close}"
         out.append(name)
         taken.add(name)
     return out
