@@ -266,3 +266,74 @@ def test_decoy_names_in_a_canary_config():
     for bad in (["no"], ["other", "other"]):
         with pytest.raises(ValidationError, match="decoy_labels"):
             CanaryMIAConfig.model_validate({**base, "dataset": {**base["dataset"], "decoy_labels": bad}})
+
+
+@pytest.mark.parametrize("target,extra,expected", [
+    ({"type": "remote", "url": "http://gw.example"}, {}, 1),  # released labels only: the README's CI audit
+    ({"type": "remote", "url": "http://gw.example"}, {"threat_model": "black-box"}, 1),
+    ({"type": "remote", "url": "http://gw.example"}, {"mode": "sequential"}, 1),
+    ({"type": "remote", "url": "http://gw.example", "white_box": True}, {}, 0),  # internals: white-box sees it
+    ({"type": "remote", "url": "http://gw.example"}, {"threat_model": "white-box"}, 0),
+    ({"type": "remote", "url": "http://gw.example"}, {"mode": "bootstrap"}, 0),
+    ({"type": "mechanism"}, {}, 0),  # in-process: its votes and noise are seen
+    ({"type": "mechanism"}, {"threat_model": "black-box"}, 1),
+    ({"type": "mechanism", "mechanism": "poe"}, {"threat_model": "black-box"}, 0),  # no rnm floor
+    ({"type": "simulated"}, {"threat_model": "black-box"}, 0),  # votes given per label by the caller
+    ({"type": "mechanism"}, {"task": "generation", "threat_model": "black-box"}, 0),
+])
+def test_auto_decoys_where_the_audit_sees_released_labels_only(target, extra, expected):
+    """``decoy_labels`` defaults to "auto": one counted decoy where the evidence is black-box and the target
+    is rnm (winner-only noise otherwise passes: docs/audit.md#decoy-labels), none elsewhere; the config as
+    stored says which (a stored config validates to the same)."""
+    from app.jobs.kinds.canary_config import CanaryMIAConfig
+
+    params = {"epsilon": 1, "delta": 1e-5, "partitions": 4}
+    cfg = CanaryMIAConfig.model_validate({"target": {**target, "params": params}, "dataset": {"size": 8}, **extra})
+    assert cfg.dataset.decoy_labels == expected
+    again = CanaryMIAConfig.model_validate(cfg.model_dump())
+    assert again.dataset.decoy_labels == expected
+    explicit = CanaryMIAConfig.model_validate({"target": {**target, "params": params},
+                                               "dataset": {"size": 8, "decoy_labels": 0}, **extra})
+    assert explicit.dataset.decoy_labels == 0
+
+
+def test_a_black_box_context_is_one_label_so_the_assumed_votes_hold():
+    """``dataset.pick`` "auto": a black-box rnm audit draws its context from one label of the pool (not the
+    canary's), so every partition without the canary sees that label alone; random elsewhere (the same
+    draw as before); an explicit one_label that the pool cannot fill is a 422 naming the field."""
+    from app.jobs.errors import JobConfigError
+    from app.jobs.kinds.canary_config import CanaryMIAConfig
+    from app.jobs.kinds.canary_data import _dataset, _pick, pick_context
+
+    params = {"epsilon": 1, "delta": 1e-5, "partitions": 3, "shots_per_partition": 4}
+    remote = {"type": "remote", "url": "http://gw.example", "params": params}
+    cfg = CanaryMIAConfig.model_validate({"target": remote, "dataset": {"size": 12}})
+    pool, labels, _, _ = _dataset(cfg.dataset)
+    assert len(set(labels)) == 5  # the bundled task: a random draw mixes its labels
+    ex, how = pick_context(np.random.default_rng(1), pool, cfg, labels)
+    assert how == {"pick": "one_label", "label": labels[0]} and len(ex) == 12
+    assert {lab for _, lab in ex} == {labels[0]} and len(set(ex)) == 12
+    mixed, _ = pick_context(np.random.default_rng(1), pool,
+                            CanaryMIAConfig.model_validate({"target": remote, "dataset": {"size": 12, "pick": "random"}}),
+                            labels)
+    assert len({lab for _, lab in mixed}) > 1
+    # a canary label given: the context is another label's
+    cw = CanaryMIAConfig.model_validate({"target": remote, "dataset": {"size": 12}, "canary": {"label": labels[0]}})
+    ex2, how2 = pick_context(np.random.default_rng(1), pool, cw, labels)
+    assert how2["label"] != labels[0] and {lab for _, lab in ex2} == {how2["label"]}
+    # white-box evidence: random, the draw the job made before `pick` existed
+    wb = CanaryMIAConfig.model_validate({"target": {**remote, "white_box": True}, "dataset": {"size": 12}})
+    ex3, how3 = pick_context(np.random.default_rng(5), pool, wb, labels)
+    assert how3 == {"pick": "random"} and ex3 == _pick(np.random.default_rng(5), pool, 12)
+    # a pool without enough of one label
+    small = [{"input": f"x {i}", "output": ["yes", "no"][i % 2]} for i in range(8)]
+    for pick, outcome in (("auto", "random"), ("one_label", "error")):
+        c = CanaryMIAConfig.model_validate({"target": remote, "dataset": {"size": 6, "exemplars": small,
+                                                                          "labels": ["yes", "no"], "pick": pick}})
+        p, lab, _, _ = _dataset(c.dataset)
+        if outcome == "error":
+            with pytest.raises(JobConfigError) as exc:
+                pick_context(np.random.default_rng(0), p, c, lab)
+            assert exc.value.param == "config.dataset.pick"
+        else:
+            assert pick_context(np.random.default_rng(0), p, c, lab)[1]["pick"] == "random"

@@ -54,14 +54,24 @@ def test_black_box_planned_design_passes_correct_and_catches_sigma_quarter(clien
     the bound and the release floor)."""
     power = {"alternatives": ["noise_quarter"], "min_detection": 0.99}
     out = {}
-    for mode in ("correct", "sigma_quarter"):
+    for mode in ("correct", "sigma_quarter", "winner_only"):
         with StandaloneGateway(mode, seed=11) as gw:
             out[mode] = _run(client, _config(gw.url, partitions=3, epsilon=2.0, trials="auto", power=power), 2.0)
     ok, bad = out["correct"], out["sigma_quarter"]
-    assert ok["result"]["plan"]["configured"]["trials"] == ok["result"]["trials_total"] > 50
+    plan = ok["result"]["plan"]["configured"]
+    assert plan["trials"] == ok["result"]["trials_total"] > 50
     assert ok["verdict"] == "pass", ok["verdict_reason"]
     p = ok["result"]["power"]
     assert p["vote_model"] == "assumed" and p["alternatives"]["noise_quarter"]["detection"] >= 0.99
+    # One power model: the campaign ran the labels the plan counted (the default decoy among them: before,
+    # a direct campaign dropped the decoys and reported 0.809 where the plan promised 0.999)
+    assert ok["config"]["dataset"]["decoy_labels"] == 1 and plan["labels"] == p["design"]["labels"] == 3
+    assert p["alternatives"]["noise_quarter"]["detection"] == pytest.approx(plan["detection"]["noise_quarter"])
+    assert ok["result"]["attack"]["labels"] == ["weather", "music", "weather (decoy 1)"]
+    # winner-only noise never releases the decoy, which the claimed noise releases at >= its floor
+    wo = out["winner_only"]
+    assert wo["verdict"] == "violation", wo["verdict_reason"]
+    assert wo["result"]["release_floor"]["counts"][2] == 0 < ok["result"]["release_floor"]["counts"][2]
     assert bad["verdict"] == "violation", bad["verdict_reason"]
     # sigma/4 releases the canary label ~4% of the time where any correct noise gives >= 22.6%
     assert bad["result"]["release_floor"]["conformant"] is False and ok["result"]["release_floor"]["conformant"]
@@ -88,6 +98,29 @@ def test_black_box_design_blind_to_no_noise_is_inconclusive(client):
                                  power={"alternatives": ["no_noise"]}), 2.0)
     assert j["verdict"] == "inconclusive", j["verdict_reason"]
     assert "no noise" in j["verdict_reason"] and "3 partitions" in j["verdict_reason"]
+
+
+def test_the_readme_ci_audit_keeps_the_plans_promise_on_a_pool_of_five_labels(client, database_url):
+    """README.md's CI audit as pasted (the bundled 5-label pool, size 12, trials auto for P(detect sigma/4)
+    >= 0.9), claim 2. With a random context the partitions' votes split over the labels and sigma/4
+    passed 13 of 20 audits (5 with the decoy alone: benchmarks/results/issue28/default_decoy_random_context.json);
+    the defaults now draw a one-label context and add a decoy, and the plan's promise holds: 6 seeds, each
+    a violation against sigma/4 and winner-only, a pass against the correct gateway."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("no database-specific step: the verdicts over HTTP run on PostgreSQL in the tests above")
+    verdicts: dict[str, list[str]] = {"correct": [], "sigma_quarter": [], "winner_only": []}
+    for seed in range(1, 7):
+        for mode in verdicts:
+            with StandaloneGateway(mode, seed=100 + seed) as gw:
+                cfg = {"target": {"type": "remote", "url": gw.url, "mechanism": "rnm",
+                                  "params": {"epsilon": 2, "delta": 1e-5, "partitions": 3, "shots_per_partition": 4}},
+                       "dataset": {"size": 12}, "canary": {"type": "hex"}, "query": "input_output",
+                       "threat_model": "black-box", "trials": "auto", "power": {"alternatives": ["noise_quarter"]},
+                       "seed": seed}
+                j = _run(client, cfg, 2.0)
+            assert j["result"]["context"]["pick"] == "one_label" and j["config"]["dataset"]["decoy_labels"] == 1
+            verdicts[mode].append(j["verdict"])
+    assert verdicts == {"correct": ["pass"] * 6, "sigma_quarter": ["violation"] * 6, "winner_only": ["violation"] * 6}
 
 
 def test_too_few_trials_are_inconclusive_not_pass(client):
@@ -134,7 +167,14 @@ def test_plan_endpoint(client):
     assert r.status_code == 200, r.text
     plan = r.json()
     by = {(d["threat_model"], d["partitions"]): d for d in plan["designs"]}
-    assert by[("black-box", 1)]["trials"] is None  # sigma/4 at 1 partition: log-odds 0.87 < 1, never
+    # The default decoy (dataset.decoy_labels "auto": black-box rnm): one partition sees sigma/4 through the
+    # decoy's floor (the claimed noise releases it; sigma/4 almost never does)
+    assert by[("black-box", 1)]["labels"] == 3 and by[("black-box", 1)]["trials"] is not None
+    two = client.post("/v1/audits/plan", json={"config": {**cfg, "dataset": {**DATASET, "decoy_labels": 0}},
+                                               "claimed_epsilon": 1.0}).json()
+    by2 = {(d["threat_model"], d["partitions"]): d for d in two["designs"]}
+    assert by2[("black-box", 1)]["labels"] == 2
+    assert by2[("black-box", 1)]["trials"] is None  # two labels, sigma/4 at 1 partition: log-odds 0.87 < 1, never
     # sigma/4 releases the canary label ~8% of the time; any correct noise >= 29.6% (the release floor)
     assert 10 < by[("black-box", 4)]["trials"] < 500 and by[("black-box", 4)]["detection"]["noise_quarter"] >= 0.9
     assert by[("black-box", 4)]["seconds"] == pytest.approx(by[("black-box", 4)]["trials"] * 0.01)

@@ -56,12 +56,21 @@ class DatasetConfig(JSONBody):
     size: int = Field(default=8, ge=1, le=1000, description="exemplars in the audited context")
     exemplars: list[dict[str, str]] | None = Field(default=None, description="[{input, output}] instead of bundled")
     labels: list[str] | None = Field(default=None, max_length=100)  # as a registered set's
-    decoy_labels: Annotated[int, Field(ge=0, le=8)] | Annotated[list[VisibleText], Field(max_length=8)] = Field(
-        default=0, description=(
+    decoy_labels: Annotated[int, Field(ge=0, le=8)] | Annotated[list[VisibleText], Field(max_length=8)] | \
+        Literal["auto"] = Field(
+        default="auto", description=(
             "classification: labels that no exemplar carries, added to the query's label set (a count: each "
             "named after a label L, 'L (decoy i)', which a model that scores labels by summed log-probs never "
             "votes for; or the names); black-box they make winner-only noise a violation, if the model gives "
-            "them no votes (docs/audit.md#decoy-labels)"))
+            "them no votes. 'auto' (default): one where the audit of an rnm target sees released labels only "
+            "(a remote target without white_box, or threat_model black-box; direct or sequential mode), "
+            "none otherwise (docs/audit.md#decoy-labels)"))
+    pick: Literal["auto", "random", "one_label"] = Field(
+        default="auto", description=(
+            "how the audited context's size exemplars are drawn from the pool: 'random', or 'one_label' (all of "
+            "the pool's most common label other than the canary's: every partition without the canary then votes "
+            "alike, the vote model the black-box power assumes); 'auto' (default): one_label where decoys are "
+            "auto-added (a black-box audit of rnm) and the pool has enough of one label, random otherwise"))
     template: dict[str, Any] | None = None
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
 
@@ -154,13 +163,31 @@ class CanaryMIAConfig(JSONBody):
 
     @model_validator(mode="after")
     def _default_mechanism(self) -> CanaryMIAConfig:
-        if self.dataset.decoy_labels and self.task != "classification":
+        if self.dataset.decoy_labels not in (0, [], "auto") and self.task != "classification":
             raise ValueError("dataset.decoy_labels: decoy labels are for classification audits (a label set)")
         if self.target.mechanism is None:
             self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
+        black_box_rnm = self._black_box_rnm()
+        if self.dataset.decoy_labels == "auto":
+            self.dataset.decoy_labels = 1 if black_box_rnm else 0
+        if self.dataset.pick == "one_label" and self.task != "classification":
+            raise ValueError("dataset.pick: one_label is for classification audits (a label per exemplar)")
         if self.power.alternatives is None:
             from app.audit.gen_power import DEFAULT_GEN_REQUIRED
             from app.audit.power import DEFAULT_REQUIRED
 
             self.power.alternatives = list(DEFAULT_GEN_REQUIRED if self.task == "generation" else DEFAULT_REQUIRED)
         return self
+
+    def _black_box_rnm(self) -> bool:
+        """Whether ``decoy_labels: "auto"`` adds a decoy: a classification audit of report-noisy-max (its
+        release floor is what a decoy tests) by a design that uses the floor (direct, sequential), whose
+        evidence is the released labels alone. White-box evidence (an in-process mechanism's votes and
+        noise, a remote one's internals) sees winner-only noise in one answer without a decoy; simulated
+        votes are given per label by the caller."""
+        t = self.target
+        if self.task != "classification" or t.mechanism != "rnm" or self.mode == "bootstrap":
+            return False
+        if self.threat_model == "black-box":
+            return t.type in ("mechanism", "remote")
+        return self.threat_model == "both" and t.type == "remote" and not t.white_box

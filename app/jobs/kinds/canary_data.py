@@ -103,6 +103,41 @@ def _pick(rng: np.random.Generator, exemplars: list[tuple[str, str]], size: int)
     return [exemplars[int(i)] for i in sorted(pick)]
 
 
+def pick_context(rng: np.random.Generator, exemplars: list[tuple[str, str]], config: Any,
+                 labels: list[str]) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The audited context (``dataset.size`` exemplars of the pool) by ``dataset.pick``, and what was done.
+
+    one_label: ``size`` exemplars of the pool's most common task label other than the canary's (its
+    configured label), drawn without replacement. Every partition without the canary then sees one
+    label, so an ideal copier's partitions vote alike, [1, T - 1] with the canary and [0, T] without:
+    the vote model (tight-auditing Lemma 3.1, b = 1) a black-box audit's power assumes. With a random
+    draw from a pool of several labels the partitions' votes split, and a design planned for
+    P(detect sigma/4) >= 0.9 passed a sigma/4 gateway in 15 of 20 audits (the README's CI audit, 5
+    bundled labels; benchmarks/bench_default_decoy.py). 'auto' takes one_label for a black-box audit of
+    rnm (``CanaryMIAConfig._black_box_rnm``) when one label has ``size`` exemplars, else random."""
+    size, mode = config.dataset.size, config.dataset.pick
+    if mode == "auto":
+        mode = "one_label" if config._black_box_rnm() else "random"
+    if mode == "one_label":
+        counts = {lab: 0 for lab in labels if lab != config.canary.label}
+        for _, lab in exemplars:
+            if lab in counts:
+                counts[lab] += 1
+        best = max(counts, key=lambda lab: (counts[lab], -labels.index(lab)), default=None)
+        if best is not None and counts[best] >= size:
+            rows = [i for i, (_, lab) in enumerate(exemplars) if lab == best]
+            pick = rng.choice(len(rows), size=size, replace=False)
+            return [exemplars[rows[int(i)]] for i in sorted(pick)], {"pick": "one_label", "label": best}
+        if config.dataset.pick == "one_label":
+            raise JobConfigError(f"pick one_label: no label other than the canary's has {size} exemplars in the "
+                                 f"pool (most: {counts.get(best, 0) if best is not None else 0})",
+                                 param="config.dataset.pick")
+        return _pick(rng, exemplars, size), {
+            "pick": "random", "note": f"no label has {size} exemplars for a one-label context: drawn at random; "
+            "partitions' votes may split, and the black-box power assumes they do not"}
+    return _pick(rng, exemplars, size), {"pick": "random"}
+
+
 def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
     counts = {lab: 0 for lab in labels}
     for _, lab in exemplars:

@@ -40,6 +40,7 @@ from app.jobs.kinds.canary_data import (  # noqa: F401
     _pick,
     _query_labels,
     _rarest_label,
+    pick_context,
     _rows_csv,
     _served,
     _with_decoys,
@@ -255,7 +256,7 @@ class CanaryMIAKind(JobKind):
         rng = np.random.default_rng(config.seed)
         ctx.progress(0.01, "preparing the canary and the context")
         all_ex, labels, heldout, template = _dataset(config.dataset)
-        exemplars = _pick(rng, all_ex, config.dataset.size)
+        exemplars, context = pick_context(rng, all_ex, config, labels)
         t = config.target
         lm = _served(ctx, t.model, "lm", "config.target.model") if t.type == "mechanism" else None
         c = config.canary
@@ -301,10 +302,13 @@ class CanaryMIAKind(JobKind):
 
             out = canary_seq.run(ctx, config, target, exemplars, attack, rng,
                                  target_partitions(target, len(exemplars)))
-            out["attack"] = canary_view.of_job(ctx, config, attack, labels)[0]
+            out["attack"] = canary_view.of_job(ctx, config, attack, query_labels)[0]
+            out["context"] = context
             ctx.progress(1.0, "done")
             return out
-        out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", labels, template, rng)
+        out = self._campaign(ctx, config, target, exemplars, canary, config.query or "inquiry", query_labels, template,
+                             rng)
+        out["context"] = context
         if isinstance(target, MechanismTarget) and target.defence != "none":
             out["defence"] = {"level": target.defence, "judge_calls": target.judge_calls,
                               "refusals": target.refusals}
@@ -403,7 +407,8 @@ class CanaryMIAKind(JobKind):
     def _campaign(self, ctx: JobContext, config: CanaryMIAConfig, target, exemplars, canary, query, labels,
                   template, rng) -> dict[str, Any]:
         """Run the campaign (closing a remote target's client) and shape the result; the artifacts
-        are written by :meth:`_finish`."""
+        are written by :meth:`_finish`. ``labels``: the task's and the decoys (what the planner counts;
+        public: a decoy is named after a task label or by the caller's config)."""
         from app.audit import CampaignConfig, run_campaign, summary
 
         tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)

@@ -1,0 +1,131 @@
+"""The README's CI audit config as pasted, with ``decoy_labels`` at its default ("auto": one counted decoy
+for a black-box audit of rnm) and at 0 (the old default), against the independent gateway
+(tests/audit/standalone_gateway.py) in each mode, fixed design ("trials": "auto") and sequential::
+
+    PYTHONPATH=. python benchmarks/bench_default_decoy.py --reps 3 --out benchmarks/results/issue28/default_decoy.json
+
+A real ``dpicl serve`` (SQLite, in-process job runner, no models) in a subprocess runs every audit as a
+job through the HTTP API. Per cell: verdicts over ``--reps`` seeds, mean trials and gateway prompts
+(partitions x classify calls, counted by the gateway) and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.audit.standalone_gateway import StandaloneGateway  # noqa: E402
+
+MODES = ("correct", "sigma_quarter", "winner_only", "no_noise")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def readme_config(gw_url: str, epsilon: float, mode: str, seed: int, decoys: int | None,
+                  pick: str | None = None) -> dict:
+    """README.md's CI example (a remote rnm gateway, 3 partitions x 4 shots, 12 exemplars, black-box,
+    trials auto, noise_quarter required), its URL and claim replaced; a bundled task's labels."""
+    cfg: dict = {"target": {"type": "remote", "url": gw_url, "mechanism": "rnm",
+                            "params": {"epsilon": epsilon, "delta": 1e-5, "partitions": 3,
+                                       "shots_per_partition": 4}},
+                 "dataset": {"size": 12}, "canary": {"type": "hex"}, "query": "input_output",
+                 "threat_model": "black-box", "trials": "auto", "power": {"alternatives": ["noise_quarter"]},
+                 "seed": seed}
+    if mode == "sequential":
+        cfg["mode"] = "sequential"
+    if decoys is not None:
+        cfg["dataset"]["decoy_labels"] = decoys
+    if pick is not None:
+        cfg["dataset"]["pick"] = pick
+    return cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--epsilons", default="1,2")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--pick", default=None, help="dataset.pick (default: the config's default, auto)")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dpicl-bench-decoy-")
+    port = _port()
+    env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/bench.db", "DPICL_LOAD_MODELS": "false",
+           "DPICL_AUTH_MODE": "open", "DPICL_PORT": str(port), "DPICL_JOB_POLL_SECONDS": "0.1",
+           "DPICL_EGRESS_ALLOW_PRIVATE": "true"}
+    log = open(Path(tmp) / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    rows = []
+    t_all = time.perf_counter()
+    try:
+        with httpx.Client(base_url=url, timeout=600) as c:
+            for _ in range(600):
+                try:
+                    if c.get("/v1/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
+            for eps in (float(x) for x in a.epsilons.split(",")):
+                for design in ("fixed", "sequential"):
+                    for decoys in (None, 0):
+                        for mode in a.modes.split(","):
+                            verdicts: Counter = Counter()
+                            trials, prompts, secs, labels = [], [], [], None
+                            picks: Counter = Counter()
+                            for rep in range(a.reps):
+                                with StandaloneGateway(mode, seed=100 + rep) as gw:
+                                    t0 = time.perf_counter()
+                                    r = c.post("/v1/audits", json={
+                                        "kind": "canary_mia", "claimed_epsilon": eps,
+                                        "config": readme_config(gw.url, eps, design, rep + 1, decoys,
+                                                                      a.pick)})
+                                    if r.status_code != 202:
+                                        raise SystemExit(f"submit failed: {r.text}")
+                                    job = r.json()
+                                    while job["status"] not in ("succeeded", "failed", "cancelled"):
+                                        time.sleep(0.2)
+                                        job = c.get(f"/v1/audits/{job['id']}").json()
+                                    secs.append(time.perf_counter() - t0)
+                                    res = job.get("result") or {}
+                                    verdicts[job["verdict"] or job["status"]] += 1
+                                    trials.append(res.get("trials_total") or (res.get("sequential") or {}).get("trials"))
+                                    prompts.append(gw.prompts)
+                                    labels = job["config"]["dataset"].get("decoy_labels")
+                                    picks[(res.get("context") or {}).get("pick")] += 1
+                            row = {"claim": eps, "design": design, "decoy_labels": "auto" if decoys is None else decoys,
+                                   "resolved_decoys": labels, "context": dict(picks), "target": mode, "verdicts": dict(verdicts),
+                                   "mean_trials": round(sum(t or 0 for t in trials) / len(trials), 1),
+                                   "mean_prompts": round(sum(prompts) / len(prompts), 1),
+                                   "mean_seconds": round(sum(secs) / len(secs), 2)}
+                            print(json.dumps(row), flush=True)
+                            rows.append(row)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    out = {"command": " ".join(sys.argv), "reps": a.reps, "cpus": os.cpu_count(), "seconds": round(time.perf_counter() - t_all, 1),
+           "rows": rows}
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
