@@ -38,8 +38,11 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def readme_config(gw_url: str, epsilon: float, mode: str, seed: int, decoys: int | None,
-                  pick: str | None = None) -> dict:
+BUGS = {"correct": None, "sigma_quarter": "noise_quarter", "winner_only": "winner_only", "no_noise": "noise_tenth"}
+
+
+def readme_config(gw_url: str | None, epsilon: float, mode: str, seed: int, decoys: int | None,
+                  pick: str | None = None, bug: str | None = None) -> dict:
     """README.md's CI example (a remote rnm gateway, 3 partitions x 4 shots, 12 exemplars, black-box,
     trials auto, noise_quarter required), its URL and claim replaced; a bundled task's labels."""
     cfg: dict = {"target": {"type": "remote", "url": gw_url, "mechanism": "rnm",
@@ -48,6 +51,8 @@ def readme_config(gw_url: str, epsilon: float, mode: str, seed: int, decoys: int
                  "dataset": {"size": 12}, "canary": {"type": "hex"}, "query": "input_output",
                  "threat_model": "black-box", "trials": "auto", "power": {"alternatives": ["noise_quarter"]},
                  "seed": seed}
+    if gw_url is None:  # in-process rnm on the served SmolLM2, seen black-box; the gateway's mode as a bug
+        cfg["target"] = {"type": "mechanism", "mechanism": "rnm", "params": cfg["target"]["params"], "bug": bug}
     if mode == "sequential":
         cfg["mode"] = "sequential"
     if decoys is not None:
@@ -63,11 +68,16 @@ def main() -> None:
     ap.add_argument("--epsilons", default="1,2")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--pick", default=None, help="dataset.pick (default: the config's default, auto)")
+    ap.add_argument("--designs", default="fixed,sequential")
+    ap.add_argument("--decoys", default="auto,0", help="decoy_labels values to compare (auto: the default)")
+    ap.add_argument("--inprocess", action="store_true", help="in-process rnm on the bundled SmolLM2 instead of "
+                    "the gateway (its modes as target.bug; no_noise: noise_tenth)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dpicl-bench-decoy-")
     port = _port()
-    env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/bench.db", "DPICL_LOAD_MODELS": "false",
+    env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
+           "DPICL_LOAD_MODELS": "true" if a.inprocess else "false",
            "DPICL_AUTH_MODE": "open", "DPICL_PORT": str(port), "DPICL_JOB_POLL_SECONDS": "0.1",
            "DPICL_EGRESS_ALLOW_PRIVATE": "true"}
     log = open(Path(tmp) / "server.log", "w")
@@ -77,7 +87,7 @@ def main() -> None:
     t_all = time.perf_counter()
     try:
         with httpx.Client(base_url=url, timeout=600) as c:
-            for _ in range(600):
+            for _ in range(3000):
                 try:
                     if c.get("/v1/health").status_code == 200:
                         break
@@ -85,8 +95,8 @@ def main() -> None:
                     pass
                 time.sleep(0.1)
             for eps in (float(x) for x in a.epsilons.split(",")):
-                for design in ("fixed", "sequential"):
-                    for decoys in (None, 0):
+                for design in a.designs.split(","):
+                    for decoys in (None if d == "auto" else int(d) for d in a.decoys.split(",")):
                         for mode in a.modes.split(","):
                             verdicts: Counter = Counter()
                             trials, prompts, secs, labels = [], [], [], None
@@ -96,8 +106,8 @@ def main() -> None:
                                     t0 = time.perf_counter()
                                     r = c.post("/v1/audits", json={
                                         "kind": "canary_mia", "claimed_epsilon": eps,
-                                        "config": readme_config(gw.url, eps, design, rep + 1, decoys,
-                                                                      a.pick)})
+                                        "config": readme_config(None if a.inprocess else gw.url, eps, design, rep + 1,
+                                                                decoys, a.pick, BUGS[mode])})
                                     if r.status_code != 202:
                                         raise SystemExit(f"submit failed: {r.text}")
                                     job = r.json()
@@ -108,7 +118,8 @@ def main() -> None:
                                     res = job.get("result") or {}
                                     verdicts[job["verdict"] or job["status"]] += 1
                                     trials.append(res.get("trials_total") or (res.get("sequential") or {}).get("trials"))
-                                    prompts.append(gw.prompts)
+                                    prompts.append(res.get("prompts") or (res.get("sequential") or {}).get("prompts")
+                                                   if a.inprocess else gw.prompts)
                                     labels = job["config"]["dataset"].get("decoy_labels")
                                     picks[(res.get("context") or {}).get("pick")] += 1
                             row = {"claim": eps, "design": design, "decoy_labels": "auto" if decoys is None else decoys,

@@ -117,12 +117,13 @@ def test_heldout_canary_text_never_leaves(server, tmp_path):
 def _unigram_text(lm, cfg: dict) -> str:
     """The job's unigram canary, drawn as the job draws it (its seed, its pick of the exemplars)."""
     from app.audit import make_canary
-    from app.jobs.kinds.canary_config import DatasetConfig
-    from app.jobs.kinds.canary_data import _dataset, _pick
+    from app.jobs.kinds.canary_config import CanaryMIAConfig
+    from app.jobs.kinds.canary_data import _dataset, pick_context
 
     rng = np.random.default_rng(cfg["seed"])
-    all_ex, _, _, _ = _dataset(DatasetConfig(**cfg["dataset"]))
-    _pick(rng, all_ex, cfg["dataset"]["size"])
+    config = CanaryMIAConfig.model_validate(cfg)
+    all_ex, labels, _, _ = _dataset(config.dataset)
+    pick_context(rng, all_ex, config, labels)
     return make_canary("unigram", rng, label="yes", dataset_texts=[a for a, _ in all_ex], tokenizer=lm).text
 
 
