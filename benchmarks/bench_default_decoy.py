@@ -118,8 +118,11 @@ def main() -> None:
                                     res = job.get("result") or {}
                                     verdicts[job["verdict"] or job["status"]] += 1
                                     trials.append(res.get("trials_total") or (res.get("sequential") or {}).get("trials"))
-                                    prompts.append(res.get("prompts") or (res.get("sequential") or {}).get("prompts")
-                                                   if a.inprocess else gw.prompts)
+                                    # in process: the sequential result's prompts, or the fixed design's classify
+                                    # calls x its 3 partitions
+                                    prompts.append(((res.get("sequential") or {}).get("prompts")
+                                                    or 3 * int(res.get("model_calls") or 0)) if a.inprocess
+                                                   else gw.prompts)
                                     labels = job["config"]["dataset"].get("decoy_labels")
                                     picks[(res.get("context") or {}).get("pick")] += 1
                             row = {"claim": eps, "design": design, "decoy_labels": "auto" if decoys is None else decoys,

@@ -458,3 +458,21 @@ class RemoteTarget:
         if self.last_privacy:
             return self.last_privacy.get("epsilon"), self.last_privacy.get("delta")
         return self.params.get("epsilon"), self.params.get("delta")
+
+
+class ReleasedLabelOnly:
+    """A target seen black-box: each observation keeps the released label only (no votes, no noisy scores,
+    no reported cost), whatever the wrapped target could show. A ``threat_model`` "black-box" audit of an
+    in-process mechanism sees what an outside auditor of the same gateway would."""
+
+    white_box = False
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self.name = target.name
+
+    def __getattr__(self, key: str) -> Any:  # the mechanism, its params, calls...: the wrapped target's
+        return getattr(self._target, key)
+
+    def observe(self, context: Sequence[Exemplar], attack: AttackQuery, rng: np.random.Generator) -> Observation:
+        return Observation(self._target.observe(context, attack, rng).label)

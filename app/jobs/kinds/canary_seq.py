@@ -70,6 +70,13 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     noise = None if noise is None else claimed_noise(noise)
     floor = mechanism_name(target) == "rnm" and getattr(target, "defence", "none") != "L3"
     probe = probe_arm(target, len(exemplars), noise, partitions) if config.probe else None
+    if config.threat_model == "black-box" and getattr(target, "white_box", False):
+        from app.audit.targets import ReleasedLabelOnly
+
+        # asked for black-box: the released labels only, what an outside auditor of the same gateway sees
+        target = ReleasedLabelOnly(target)
+        if probe is not None:
+            probe.target = ReleasedLabelOnly(probe.target)
     with target_failures(target):
         res = run_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, noise=noise,
                              partitions=partitions, alternatives=list(config.power.alternatives),
