@@ -167,9 +167,8 @@ class CanaryMIAConfig(JSONBody):
             raise ValueError("dataset.decoy_labels: decoy labels are for classification audits (a label set)")
         if self.target.mechanism is None:
             self.target.mechanism = {"generation": "esa", "synthesize": "synthesize"}.get(self.task, "rnm")
-        black_box_rnm = self._black_box_rnm()
         if self.dataset.decoy_labels == "auto":
-            self.dataset.decoy_labels = 1 if black_box_rnm else 0
+            self.dataset.decoy_labels = 1 if self.black_box_rnm() else 0
         if self.dataset.pick == "one_label" and self.task != "classification":
             raise ValueError("dataset.pick: one_label is for classification audits (a label per exemplar)")
         if self.power.alternatives is None:
@@ -179,7 +178,7 @@ class CanaryMIAConfig(JSONBody):
             self.power.alternatives = list(DEFAULT_GEN_REQUIRED if self.task == "generation" else DEFAULT_REQUIRED)
         return self
 
-    def _black_box_rnm(self) -> bool:
+    def black_box_rnm(self) -> bool:
         """Whether ``decoy_labels: "auto"`` adds a decoy: a classification audit of report-noisy-max (its
         release floor is what a decoy tests) by a design that uses the floor (direct, sequential), whose
         evidence is the released labels alone. White-box evidence (an in-process mechanism's votes and

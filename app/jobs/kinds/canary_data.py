@@ -114,10 +114,10 @@ def pick_context(rng: np.random.Generator, exemplars: list[tuple[str, str]], con
     draw from a pool of several labels the partitions' votes split, and a design planned for
     P(detect sigma/4) >= 0.9 passed a sigma/4 gateway in 15 of 20 audits (the README's CI audit, 5
     bundled labels; benchmarks/bench_default_decoy.py). 'auto' takes one_label for a black-box audit of
-    rnm (``CanaryMIAConfig._black_box_rnm``) when one label has ``size`` exemplars, else random."""
+    rnm (``CanaryMIAConfig.black_box_rnm``) when one label has ``size`` exemplars, else random."""
     size, mode = config.dataset.size, config.dataset.pick
     if mode == "auto":
-        mode = "one_label" if config._black_box_rnm() else "random"
+        mode = "one_label" if config.black_box_rnm() else "random"
     if mode == "one_label":
         counts = {lab: 0 for lab in labels if lab != config.canary.label}
         for _, lab in exemplars:

@@ -40,10 +40,10 @@ from app.jobs.kinds.canary_data import (  # noqa: F401
     _pick,
     _query_labels,
     _rarest_label,
-    pick_context,
     _rows_csv,
     _served,
     _with_decoys,
+    pick_context,
 )
 
 log = logging.getLogger("dpicl.jobs.canary_mia")
