@@ -170,10 +170,12 @@ def test_plan_endpoint(client):
     # The default decoy (dataset.decoy_labels "auto": black-box rnm): one partition sees sigma/4 through the
     # decoy's floor (the claimed noise releases it; sigma/4 almost never does)
     assert by[("black-box", 1)]["labels"] == 3 and by[("black-box", 1)]["trials"] is not None
+    assert any("1 decoy label(s)" in n for n in plan["notes"]), plan["notes"]
+    assert any("dataset.pick" in n for n in plan["notes"]), plan["notes"]
     two = client.post("/v1/audits/plan", json={"config": {**cfg, "dataset": {**DATASET, "decoy_labels": 0}},
                                                "claimed_epsilon": 1.0}).json()
     by2 = {(d["threat_model"], d["partitions"]): d for d in two["designs"]}
-    assert by2[("black-box", 1)]["labels"] == 2
+    assert by2[("black-box", 1)]["labels"] == 2 and not any("decoy label(s)" in n for n in two["notes"])
     assert by2[("black-box", 1)]["trials"] is None  # two labels, sigma/4 at 1 partition: log-odds 0.87 < 1, never
     # sigma/4 releases the canary label ~8% of the time; any correct noise >= 29.6% (the release floor)
     assert 10 < by[("black-box", 4)]["trials"] < 500 and by[("black-box", 4)]["detection"]["noise_quarter"] >= 0.9

@@ -138,6 +138,22 @@ def pick_context(rng: np.random.Generator, exemplars: list[tuple[str, str]], con
     return _pick(rng, exemplars, size), {"pick": "random"}
 
 
+def context_notes(config: Any, labels: int) -> list[str]:
+    """The plan's notes on what the defaults put into a black-box context (decoys, a one-label draw)."""
+    out = []
+    decoys = config.dataset.decoy_labels
+    decoys = decoys if isinstance(decoys, int) else len(decoys)
+    if decoys:
+        out.append(f"the {labels} labels include {decoys} decoy label(s) that no exemplar carries "
+                   "(dataset.decoy_labels): winner-only noise never releases one, the claimed noise does at least "
+                   "at the release floor (docs/audit.md#decoy-labels)")
+    if config.dataset.pick == "one_label" or (config.dataset.pick == "auto" and config.black_box_rnm()):
+        out.append("the context is drawn from one label of the pool (dataset.pick; random where no label has "
+                   "dataset.size exemplars): the partitions without the canary then vote alike, as this plan's "
+                   "vote model assumes (docs/audit.md#black-box-defaults)")
+    return out
+
+
 def _rarest_label(labels: list[str], exemplars: list[tuple[str, str]]) -> str:
     counts = {lab: 0 for lab in labels}
     for _, lab in exemplars:

@@ -43,6 +43,7 @@ from app.jobs.kinds.canary_data import (  # noqa: F401
     _rows_csv,
     _served,
     _with_decoys,
+    context_notes,
     pick_context,
 )
 
@@ -170,6 +171,7 @@ class CanaryMIAKind(JobKind):
         out["notes"].append(f"planned for the query's {labels} labels, dataset.size {n} exemplars and "
                             f"{tms} threat model(s) (Bonferroni); a design sets target.params partitions and "
                             "shots_per_partition")
+        out["notes"].extend(context_notes(config, labels))
         return out
 
     def _trials(self, ctx: JobContext, config: CanaryMIAConfig) -> tuple[int, dict[str, Any] | None]:
@@ -406,9 +408,8 @@ class CanaryMIAKind(JobKind):
 
     def _campaign(self, ctx: JobContext, config: CanaryMIAConfig, target, exemplars, canary, query, labels,
                   template, rng) -> dict[str, Any]:
-        """Run the campaign (closing a remote target's client) and shape the result; the artifacts
-        are written by :meth:`_finish`. ``labels``: the task's and the decoys (what the planner counts;
-        public: a decoy is named after a task label or by the caller's config)."""
+        """Run the campaign (closing a remote target's client) and shape the result; the artifacts are
+        written by :meth:`_finish`. ``labels``: the task's and the decoys (public, as the planner counts them)."""
         from app.audit import CampaignConfig, run_campaign, summary
 
         tm = ("black-box", "white-box") if config.threat_model == "both" else (config.threat_model,)
