@@ -74,6 +74,11 @@ class DatasetConfig(JSONBody):
     template: dict[str, Any] | None = None
     heldout: list[dict[str, str]] | None = Field(default=None, description="for the held-out canary")
 
+    def decoy_count(self) -> int:
+        """How many decoy labels the query gets (after CanaryMIAConfig resolved "auto")."""
+        d = self.decoy_labels
+        return d if isinstance(d, int) else 0 if d == "auto" else len(d)
+
     @model_validator(mode="after")
     def _distinct_decoys(self) -> DatasetConfig:
         if isinstance(self.decoy_labels, list):
@@ -177,6 +182,13 @@ class CanaryMIAConfig(JSONBody):
 
             self.power.alternatives = list(DEFAULT_GEN_REQUIRED if self.task == "generation" else DEFAULT_REQUIRED)
         return self
+
+    def requested_pick(self) -> str:
+        """``dataset.pick`` with "auto" decided: one_label for a black-box audit of rnm, random otherwise (the
+        job still draws at random where the pool has no label with ``size`` exemplars: canary_data.pick_context)."""
+        if self.dataset.pick == "auto":
+            return "one_label" if self.black_box_rnm() else "random"
+        return self.dataset.pick
 
     def black_box_rnm(self) -> bool:
         """Whether ``decoy_labels: "auto"`` adds a decoy: a classification audit of report-noisy-max (its

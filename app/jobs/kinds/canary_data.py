@@ -115,10 +115,8 @@ def pick_context(rng: np.random.Generator, exemplars: list[tuple[str, str]], con
     P(detect sigma/4) >= 0.9 passed a sigma/4 gateway in 15 of 20 audits (the README's CI audit, 5
     bundled labels; benchmarks/bench_default_decoy.py). 'auto' takes one_label for a black-box audit of
     rnm (``CanaryMIAConfig.black_box_rnm``) when one label has ``size`` exemplars, else random."""
-    size, mode = config.dataset.size, config.dataset.pick
-    if mode == "auto":
-        mode = "one_label" if config.black_box_rnm() else "random"
-    if mode == "one_label":
+    size = config.dataset.size
+    if config.requested_pick() == "one_label":
         counts = {lab: 0 for lab in labels if lab != config.canary.label}
         for _, lab in exemplars:
             if lab in counts:
@@ -141,13 +139,12 @@ def pick_context(rng: np.random.Generator, exemplars: list[tuple[str, str]], con
 def context_notes(config: Any, labels: int) -> list[str]:
     """The plan's notes on what the defaults put into a black-box context (decoys, a one-label draw)."""
     out = []
-    decoys = config.dataset.decoy_labels
-    decoys = decoys if isinstance(decoys, int) else len(decoys)
+    decoys = config.dataset.decoy_count()
     if decoys:
         out.append(f"the {labels} labels include {decoys} decoy label(s) that no exemplar carries "
                    "(dataset.decoy_labels): winner-only noise never releases one, the claimed noise does at least "
                    "at the release floor (docs/audit.md#decoy-labels)")
-    if config.dataset.pick == "one_label" or (config.dataset.pick == "auto" and config.black_box_rnm()):
+    if config.requested_pick() == "one_label":
         out.append("the context is drawn from one label of the pool (dataset.pick; random where no label has "
                    "dataset.size exemplars): the partitions without the canary then vote alike, as this plan's "
                    "vote model assumes (docs/audit.md#black-box-defaults)")

@@ -84,8 +84,8 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
                              progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m), probe=probe,
                              min_detection=config.power.min_detection)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
-    spec = getattr(config.dataset, "decoy_labels", 0) or 0
-    decoys = spec if isinstance(spec, int) else len(spec)
+    spec = config.dataset.decoy_labels
+    decoys = config.dataset.decoy_count()
     if decoys and res.vote_model == "assumed":
         seq["notes"].append(
             f"{decoys} decoy label(s) (no exemplar carries them): their floor tests hold for any votes, but a pass "
