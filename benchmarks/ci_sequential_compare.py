@@ -26,7 +26,7 @@ from app.audit.campaign import assess_power
 from app.audit.planner import plan_audit
 from app.audit.probe import probe_arm
 from app.audit.sequential import run_sequential
-from app.audit.targets import Observation
+from app.audit.targets import ReleasedLabelOnly
 from app.jobs.kinds.canary_mia import CanaryMIAKind
 from tests.audit.standalone_gateway import StandaloneGateway
 
@@ -41,20 +41,12 @@ SIM_MODES = {"correct": None, "sigma_quarter": "noise_quarter", "sigma_tenth": "
 GW_MODES = ("correct", "sigma_quarter", "winner_only", "no_noise", "swapped_no_noise", "non_private")
 
 
-class BlackBox:
-    """A simulated target seen black-box: the released label only (no votes, no noisy scores)."""
-
-    white_box = False
+class BlackBox(ReleasedLabelOnly):
+    """A target seen black-box (``app.audit.targets.ReleasedLabelOnly``), named so in the results."""
 
     def __init__(self, target: Any) -> None:
-        self._t = target
+        super().__init__(target)
         self.name = f"black-box:{target.name}"
-
-    def __getattr__(self, key: str) -> Any:
-        return getattr(self._t, key)
-
-    def observe(self, context: Any, attack: Any, rng: np.random.Generator) -> Observation:
-        return Observation(self._t.observe(context, attack, rng).label)
 
 
 def _params(eps: float, t: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 from app.audit import Canary, SimulatedVotingTarget, resolve_query, rnm_noise
 from app.audit.eprocess import GRID, ONS_SHARE, BettingEProcess, OnsGridMix, SplitBetting
 from app.audit.sequential import run_sequential
-from app.audit.targets import Observation
+from app.audit.targets import ReleasedLabelOnly
 
 N = 12
 EX = [(f"play some music number {i}", "music") for i in range(N)]
@@ -99,17 +99,7 @@ def _black_box_audit(seed: int, bug, alternatives=("noise_quarter", "no_noise", 
     noise = rnm_noise({"epsilon": 1.0, "delta": 1e-5, "partitions": 5, "shots_per_partition": 2}, N)
     sim = SimulatedVotingTarget([1.0, 4.0], [0.0, 5.0], noise.with_bug(bug))
 
-    class BlackBox:
-        white_box = False
-        name = "black-box"
-
-        def __getattr__(self, key):
-            return getattr(sim, key)
-
-        def observe(self, context, attack, rng):
-            return Observation(sim.observe(context, attack, rng).label)
-
-    return run_sequential(BlackBox(), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=5,
+    return run_sequential(ReleasedLabelOnly(sim), EX, ATTACK, claimed_epsilon=1.0, delta=1e-5, noise=noise, partitions=5,
                           alternatives=list(alternatives), alpha=0.05, cap=2000, rng=np.random.default_rng(seed))
 
 
