@@ -18,10 +18,7 @@ import argparse
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,15 +27,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.dpicl_server import start_dpicl, stop  # noqa: E402
 from tests.audit.standalone_gateway import StandaloneGateway  # noqa: E402
 
 EXEMPLARS = [{"input": f"play some music number {i}", "output": "music"} for i in range(12)]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -70,24 +62,11 @@ def main() -> None:
         res["seconds"] = time.perf_counter() - t0
         print(json.dumps(res, indent=2))
         return
-    tmp = tempfile.mkdtemp(prefix="dpicl-bench-ci-")
-    port = _port()
-    env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/bench.db", "DPICL_LOAD_MODELS": "false",
-           "DPICL_AUTH_MODE": "open", "DPICL_PORT": str(port), "DPICL_JOB_POLL_SECONDS": "0.1",
-           "DPICL_WEBHOOK_ALLOW_PRIVATE": "true", "DPICL_EGRESS_ALLOW_PRIVATE": "true"}
-    log = open(Path(tmp) / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_dpicl("bench-ci", {"DPICL_LOAD_MODELS": "false", "DPICL_JOB_POLL_SECONDS": "0.1",
+                                         "DPICL_WEBHOOK_ALLOW_PRIVATE": "true", "DPICL_EGRESS_ALLOW_PRIVATE": "true"})
     out: dict = {"machine": platform.platform(), "cpus": os.cpu_count(), "claimed_epsilon": a.epsilon}
     try:
         with httpx.Client(base_url=url, timeout=600) as c:
-            for _ in range(600):
-                try:
-                    if c.get("/v1/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
 
             def config(gw_url: str, partitions: int, trials) -> dict:
                 return {"target": {"type": "remote", "url": gw_url, "mechanism": "rnm",
@@ -137,8 +116,7 @@ def main() -> None:
                                      "gateway_requests": gw.requests, "reason": job.get("verdict_reason")}
                 out["designs"][name] = row
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop(proc)
     if a.json:
         print(json.dumps(out, indent=2))
         return

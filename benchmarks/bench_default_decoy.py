@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,15 +24,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.dpicl_server import start_dpicl, stop  # noqa: E402
 from tests.audit.standalone_gateway import StandaloneGateway  # noqa: E402
 
 MODES = ("correct", "sigma_quarter", "winner_only", "no_noise")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 BUGS = {"correct": None, "sigma_quarter": "noise_quarter", "winner_only": "winner_only", "no_noise": "noise_tenth"}
@@ -74,26 +66,12 @@ def main() -> None:
                     "the gateway (its modes as target.bug; no_noise: noise_tenth)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="dpicl-bench-decoy-")
-    port = _port()
-    env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
-           "DPICL_LOAD_MODELS": "true" if a.inprocess else "false",
-           "DPICL_AUTH_MODE": "open", "DPICL_PORT": str(port), "DPICL_JOB_POLL_SECONDS": "0.1",
-           "DPICL_EGRESS_ALLOW_PRIVATE": "true"}
-    log = open(Path(tmp) / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_dpicl("bench-decoy", {"DPICL_LOAD_MODELS": "true" if a.inprocess else "false",
+                                            "DPICL_JOB_POLL_SECONDS": "0.1", "DPICL_EGRESS_ALLOW_PRIVATE": "true"})
     rows = []
     t_all = time.perf_counter()
     try:
         with httpx.Client(base_url=url, timeout=600) as c:
-            for _ in range(3000):
-                try:
-                    if c.get("/v1/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
             for eps in (float(x) for x in a.epsilons.split(",")):
                 for design in a.designs.split(","):
                     for decoys in (None if d == "auto" else int(d) for d in a.decoys.split(",")):
@@ -133,8 +111,7 @@ def main() -> None:
                             print(json.dumps(row), flush=True)
                             rows.append(row)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop(proc)
     out = {"command": " ".join(sys.argv), "reps": a.reps, "cpus": os.cpu_count(), "seconds": round(time.perf_counter() - t_all, 1),
            "rows": rows}
     if a.out:

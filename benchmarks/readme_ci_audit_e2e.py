@@ -6,45 +6,19 @@ registers as a label). One sequential audit at claim 1, one direct at claim 2::
     python benchmarks/readme_ci_audit_e2e.py
 """
 import json
-import os
-import socket
-import subprocess
-import tempfile
+import sys
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.dpicl_server import start_dpicl, stop  # noqa: E402
 
-def port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(env_extra, name):
-    tmp = tempfile.mkdtemp(prefix=f"e2e-{name}-")
-    p = port()
-    env = {**os.environ, "DPICL_DATABASE_URL": f"sqlite:///{tmp}/db.sqlite", "DPICL_AUTH_MODE": "open",
-           "DPICL_PORT": str(p), **env_extra}
-    proc = subprocess.Popen([os.environ.get("PYTHON", f"{ROOT}/.venv/bin/python"), "-m", "app.cli", "serve"], cwd=ROOT, env=env,
-                            stdout=open(f"{tmp}/log", "w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{p}"
-    for _ in range(1200):
-        try:
-            if httpx.get(url + "/v1/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise SystemExit(f"{name} did not start: {tmp}/log")
-
-
-gw, gw_url = serve({"DPICL_LOAD_MODELS": "true", "OMP_NUM_THREADS": "2"}, "gateway")
-au, au_url = serve({"DPICL_LOAD_MODELS": "false", "DPICL_EGRESS_ALLOW_PRIVATE": "true",
-                    "DPICL_JOB_POLL_SECONDS": "0.1"}, "auditor")
+gw, gw_url = start_dpicl("gateway", {"DPICL_LOAD_MODELS": "true", "OMP_NUM_THREADS": "2"})
+au, au_url = start_dpicl("auditor", {"DPICL_LOAD_MODELS": "false", "DPICL_EGRESS_ALLOW_PRIVATE": "true",
+                                     "DPICL_JOB_POLL_SECONDS": "0.1"})
 try:
     for mode, eps in (("sequential", 1), ("direct", 2)):
         cfg = {"target": {"type": "remote", "url": gw_url, "mechanism": "rnm",
@@ -66,6 +40,4 @@ try:
                           "context": res.get("context"), "labels": (res.get("attack") or {}).get("labels"),
                           "trials": res.get("trials_total"), "seconds": round(time.time() - t0, 1)}), flush=True)
 finally:
-    for proc in (gw, au):
-        proc.terminate()
-        proc.wait(30)
+    stop(gw, au)
