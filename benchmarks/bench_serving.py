@@ -182,10 +182,12 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
 
     before = scrape(url)
     cpu0 = _cpu_s(SERVER_PIDS)
+    client_cpu0 = time.process_time()
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=clients + 4)) as c:
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), time.time()
         await asyncio.gather(*[client(c, urls[k % len(urls)]) for k in range(clients)])
         wall = time.perf_counter() - t0
+    client_cpu = time.process_time() - client_cpu0
     cpu1 = _cpu_s(SERVER_PIDS)
     after = scrape(url)
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
@@ -196,6 +198,8 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
     model_s = d.get("dpicl_model_batch_seconds_sum", 0.0)
     per_pass = lambda k: round(d.get(k, 0.0) / passes, 1) if passes else None  # noqa: E731
     return {"clients": clients, "answers": answers, "wall_s": round(wall, 2), "servers": len(urls),
+            # epoch seconds: to line this run up with a GPU utilisation log (scripts/gpu_bench.sh)
+            "started": round(started, 3), "ended": round(started + wall, 3),
             "model_ms_per_answer": round(model_s / answers * 1000, 2),
             # the model worker thread's CPU time in its batches (model ms minus waits for a core or the GIL);
             # None: a server that does not export it
@@ -205,6 +209,9 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             # on a machine shared with other work
             "server_cpu_ms_per_answer": round((cpu1 - cpu0) / answers * 1000, 2) if cpu0 is not None
             and cpu1 is not None else None,
+            # this benchmark's own CPU per answer (one asyncio process): near 1000 / answers_per_s the
+            # client, not the servers, bounds the throughput
+            "client_cpu_ms_per_answer": round(client_cpu / answers * 1000, 2),
             # wall time outside the model's batches; None for replicas (their batches overlap in time)
             "service_ms_per_answer": round((wall - model_s) / answers * 1000, 2) if len(urls) == 1 else None,
             "rows_per_pass": per_pass("dpicl_model_forward_rows_total"),
@@ -224,7 +231,8 @@ def _print_row(name: str, r: dict) -> None:
           f"  tok/pass {r.get('tokens_per_pass')} (padded {r.get('padded_tokens_per_pass')})"
           f"  model {r.get('model_ms_per_answer')} ms/ans (cpu {r.get('model_cpu_ms_per_answer')})"
           f"  service {r.get('service_ms_per_answer')} ms/ans"
-          f"  server cpu {r.get('server_cpu_ms_per_answer')} ms/ans", flush=True)
+          f"  server cpu {r.get('server_cpu_ms_per_answer')} ms/ans"
+          f"  client cpu {r.get('client_cpu_ms_per_answer')} ms/ans", flush=True)
 
 
 def _median(values: list) -> float | None:
@@ -248,7 +256,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "p95_s_median": round(statistics.median([r["p95_s"] for r in mine]), 3),
                     **{f"{k}_median": _median([r.get(k) for r in mine]) for k in (
                         "service_ms_per_answer", "model_ms_per_answer", "model_cpu_ms_per_answer",
-                        "server_cpu_ms_per_answer",
+                        "server_cpu_ms_per_answer", "client_cpu_ms_per_answer",
                         "rows_per_pass", "tokens_per_pass")},
                     "forward_calls_per_answer_median": round(statistics.median([r["forward_calls_per_answer"]
                                                                       for r in mine]), 1)})

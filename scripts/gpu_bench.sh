@@ -76,10 +76,20 @@ for i in $(seq 0 $(( ${REPLICAS:-1} - 1 ))); do
 done
 for i in $(seq 1 $(( ${REPLICAS:-1} - 1 ))); do wait_ready $((8123 + i)); done
 date
+# GPU utilisation while the clients run (benchmarks/gpu_util.py lines it up with each run's wall time)
+UTIL=""
+if [ "${DEVICE:-cuda}" != cpu ]; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader -lms 100 > "$OUT/util.csv" 2>&1 &
+  UTIL=$!
+fi
 timeout "${SERVING_TIMEOUT:-300}" python3 benchmarks/bench_serving.py --url "$URLS" \
   --workloads "${WORKLOADS:-rnm 8x4,rnm 2x1}" --large-clients "${CLIENTS:-1,16,64}" --clients "${CLIENTS:-1,16,64}" \
   --answers "${ANSWERS:-64}" --rounds "${ROUNDS:-2}" --out "$OUT/serving.json" > "$OUT/serving.log" 2>&1
 echo "bench_serving rc=$?"; grep -E "over [0-9]+ rounds" "$OUT/serving.log"
+if [ -n "$UTIL" ]; then
+  kill "$UTIL" 2>/dev/null
+  python3 benchmarks/gpu_util.py "$OUT/util.csv" "$OUT/serving.json" && rm -f "$OUT/util.csv"
+fi
 kill "${SERVERS[@]}" 2>/dev/null; wait "${SERVERS[@]}" 2>/dev/null
 mv "$OUT/serve0.log" "$OUT/serve.log"; rm -f "$OUT"/serve[1-9]*.log
 rm -f "$OUT"/gpu-bench.db*

@@ -243,6 +243,7 @@ class HFLanguageModel:
             hidden = self.graphs.run(ids, pos_t, seg_t)  # host tensors: padded there, copied once
             if hidden is not None:
                 self.stats.forward_calls += 1
+                self.stats.forward_rows += n  # rows/pass read 0 on a GPU before (issue 27 serving tables)
                 self.stats.forward_tokens += real
                 self.stats.padded_tokens += self.graphs.last_padded_tokens
                 return hidden

@@ -184,6 +184,7 @@ def test_replay_reads_its_inputs_from_the_buckets_static_buffers(tiny64, mixed_p
         tiny64.stats.reset()
         got = tiny64.continuation_logprobs(mixed_prompts, labels)
         assert tiny64.stats.forward_calls == 1 and tiny64.stats.padded_tokens == graphs.last_padded_tokens
+        assert tiny64.stats.forward_rows == len(mixed_prompts)  # a replay's rows are counted (rows per pass)
         got_rev = tiny64.continuation_logprobs(mixed_prompts[::-1], labels)  # the same bucket, rows moved
         assert tiny64.stats.forward_calls == 2 and tiny64.stats.padded_tokens == 2 * graphs.last_padded_tokens
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
