@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
@@ -76,8 +77,11 @@ def start_server(tmp: str, threads: int, scheduler: dict | None,
              "options": {**({"scheduler": scheduler} if scheduler is not None else {}), "num_threads": threads,
                          **(lm_options or {})}},
             {"name": "all-minilm-l6-v2", "kind": "embedder", "source": "bundled:all-minilm-l6-v2"}])
+    # the server's log, shown when a run fails (a 5xx answer names its cause there, never to the client)
+    log = open(os.path.join(tmp, f"server-{port}.log"), "wb")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=log, stderr=subprocess.STDOUT)
+    log.close()
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     while True:
@@ -432,6 +436,11 @@ def main() -> None:
                         urls.append(url)
                     SERVER_PIDS[:] = [p.pid for p in procs]
                     result[label] = bench(",".join(urls), clients, args.answers, large, workloads, args.rounds)
+                except Exception:
+                    for f in sorted(Path(tmp).glob("server-*.log")):
+                        print(f"--- the last lines of {f.name}:", *f.read_text(errors="replace").splitlines()[-60:],
+                              sep="\n", file=sys.stderr)
+                    raise
                 finally:
                     for proc in procs:
                         proc.terminate()
