@@ -111,8 +111,10 @@ class InProcessRunner:
         self._pool.shutdown(wait=False, cancel_futures=True)
         while self._running and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self._running:
-            log.warning("jobs still running at shutdown: %s (the reaper will retry them)", sorted(self._running))
+        with self._lock:  # a job finishing now pops its id: never iterate the dict outside the lock
+            still = sorted(self._running)
+        if still:
+            log.warning("jobs still running at shutdown: %s (the reaper will retry them)", still)
         if self._lowered_switch:
             self._lowered_switch = False
             _restore_switch_interval()
