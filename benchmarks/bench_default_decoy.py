@@ -79,6 +79,7 @@ def main() -> None:
                             verdicts: Counter = Counter()
                             trials, prompts, secs, labels = [], [], [], None
                             picks: Counter = Counter()
+                            firsts: list[dict] = []  # sequential: the trial at which each null was first rejected
                             for rep in range(a.reps):
                                 with StandaloneGateway(mode, seed=100 + rep) as gw:
                                     t0 = time.perf_counter()
@@ -103,11 +104,17 @@ def main() -> None:
                                                    else gw.prompts)
                                     labels = job["config"]["dataset"].get("decoy_labels")
                                     picks[(res.get("context") or {}).get("pick")] += 1
+                                    rejected = (res.get("sequential") or {}).get("rejected")
+                                    if rejected:
+                                        firsts.append({k: v["trials"] for k, v in rejected.items()})
                             row = {"claim": eps, "design": design, "decoy_labels": "auto" if decoys is None else decoys,
                                    "resolved_decoys": labels, "context": dict(picks), "target": mode, "verdicts": dict(verdicts),
                                    "mean_trials": round(sum(t or 0 for t in trials) / len(trials), 1),
                                    "mean_prompts": round(sum(prompts) / len(prompts), 1),
                                    "mean_seconds": round(sum(secs) / len(secs), 2)}
+                            if firsts:  # which null a sequential pass waited for (the last one rejected)
+                                row["first_rejected_at"] = firsts
+                                row["last_rejected"] = dict(Counter(max(f, key=f.__getitem__) for f in firsts))
                             print(json.dumps(row), flush=True)
                             rows.append(row)
     finally:
