@@ -41,13 +41,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.dpicl_server import free_port  # noqa: E402
 
-def _free_port() -> int:
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(url: str) -> dict[str, str]:
@@ -143,7 +139,7 @@ def bench_db(kind: str, clients: int, per_client: int, think: list[float], tmp: 
         pg = PostgresDatabases(PG_ADMIN_URL)
         url = pg.create()
     env = _env(url)
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(tmp / f"{kind}.log", "ab")
     procs = [_start(["serve", "--port", str(port)], env, log, root)]

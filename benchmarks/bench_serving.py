@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,22 +52,18 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.dpicl_server import free_port  # noqa: E402
+
 WORKLOADS = {"rnm 2x1": (2, 1), "rnm 8x4": (8, 4), "clip 4x16": (4, 16)}
 LM_NAME = "smollm2-135m-instruct"  # the served lm whose metrics are scraped (--tiny: the tiny model)
 TINY_NAME = "tiny-smollm2-2l"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(tmp: str, threads: int, scheduler: dict | None,
                  lm_options: dict | None = None, tiny: str | None = None,
                  database_url: str | None = None) -> tuple[subprocess.Popen, str]:
     """``tiny``: the folder of a tiny model (benchmarks/tiny_model.py) to serve instead of SmolLM2."""
-    port = _port()
+    port = free_port()
     env = dict(os.environ, DPICL_DATABASE_URL=database_url or f"sqlite:///{tmp}/bench.db", DPICL_LOG_LEVEL="warning",
                DPICL_AUTH_MODE="open", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if scheduler is not None or lm_options or tiny:

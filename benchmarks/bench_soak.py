@@ -61,6 +61,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.dpicl_server import free_port  # noqa: E402
+
 PG_ADMIN_URL = os.environ.get("DPICL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 LM = "smollm2-135m-instruct"
 LABELS = ["billing", "shipping"]
@@ -94,12 +96,6 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 # --------------------------------------------------------------------------------------------- processes
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rss_mib(pid: int) -> float | None:
@@ -475,7 +471,7 @@ class Cluster:
         else:
             base.update(DPICL_JOB_RUNNER="procrastinate", DPICL_JOB_CONCURRENCY="1")
         server_env = {**base, "DPICL_MODELS": server_models}
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.server = Proc("server", ["serve", "--port", str(port)], server_env, tmp / "server.log")
         self.startup_s = _wait_healthy(self.url, self.server, 600)
