@@ -286,7 +286,7 @@ def _charge_and_release(rt: Runtime, ledger: Ledger, caller: Caller, plan: Answe
     of the work that was done (data-independent: it equals the precheck's cost). With reuse allowed,
     an identical answer charged meanwhile is released instead (this one is dropped, never charged)."""
     try:
-        with rt.db.session() as s:
+        with rt.db.write_session() as s:
             ch = ledger.charge(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=cost,
                                mechanism=plan.mechanism, params=plan.request_params, response=body,
                                key_id=caller.key_id, idempotency_key=plan.idempotency_key,
