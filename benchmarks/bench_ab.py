@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -78,6 +79,30 @@ async def block(url: str, ds: str, queries: list[str], answers: int, clients: in
         return time.perf_counter() - t0
 
 
+def order(blocks: int) -> list[tuple[str, str]]:
+    """A B, B A, A B, ...: each build's block sits first and second equally often, so a steady drift of
+    the machine within a pair cancels over two pairs."""
+    return [("A", "B") if p % 2 == 0 else ("B", "A") for p in range(blocks)]
+
+
+def run_blocks(blocks: int, run_one: Callable[[str, int], tuple[float, ...]]) -> dict[str, list[tuple[float, ...]]]:
+    """``run_one(build, pair index)`` for every block in :func:`order`; each build's results in pair order."""
+    rows: dict[str, list[tuple[float, ...]]] = {"A": [], "B": []}
+    for p, pair in enumerate(order(blocks)):
+        for k in pair:
+            rows[k].append(run_one(k, p))
+    return rows
+
+
+def summary(rows: dict[str, list[tuple[float, ...]]], i: int) -> dict:
+    """Field ``i`` of each build's blocks: medians, and the B/A ratios of the blocks of one pair."""
+    ratios = [b[i] / a[i] for a, b in zip(rows["A"], rows["B"])]
+    return {"A_median": round(statistics.median(r[i] for r in rows["A"]), 2),
+            "B_median": round(statistics.median(r[i] for r in rows["B"]), 2),
+            "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
+            "ratio_max": round(max(ratios), 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="the baseline build's checkout (A)")
@@ -100,31 +125,23 @@ def main() -> None:
             data = {k: make_dataset(url) for k, (_, url) in servers.items()}
             for k, (proc, url) in servers.items():  # warm-up: first answers load caches and the model's paths
                 asyncio.run(block(url, data[k][0], data[k][1], 8, 1, partitions, shots, 0))
-            order = [("A", "B") if p % 2 == 0 else ("B", "A") for p in range(args.blocks)]
-            rows: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
-            for p, pair in enumerate(order):
-                for k in pair:
-                    proc, url = servers[k]
-                    cpu0 = _cpu_s([proc.pid])
-                    wall = asyncio.run(block(url, data[k][0], data[k][1], args.answers, args.clients, partitions,
-                                             shots, p * args.answers))
-                    cpu = (_cpu_s([proc.pid]) or 0.0) - (cpu0 or 0.0)
-                    rows[k].append((args.answers / wall, 1000.0 * cpu / args.answers))
+            def run_one(k: str, p: int) -> tuple[float, float]:
+                proc, url = servers[k]
+                cpu0 = _cpu_s([proc.pid])
+                wall = asyncio.run(block(url, data[k][0], data[k][1], args.answers, args.clients, partitions,
+                                         shots, p * args.answers))
+                cpu = (_cpu_s([proc.pid]) or 0.0) - (cpu0 or 0.0)
+                return args.answers / wall, 1000.0 * cpu / args.answers
+
+            rows = run_blocks(args.blocks, run_one)
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
             for proc, _ in servers.values():
                 proc.wait(30)
 
-    def summary(i: int) -> dict:
-        ratios = [b[i] / a[i] for a, b in zip(rows["A"], rows["B"])]
-        return {"A_median": round(statistics.median(r[i] for r in rows["A"]), 2),
-                "B_median": round(statistics.median(r[i] for r in rows["B"]), 2),
-                "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-                "ratio_max": round(max(ratios), 3)}
-
-    result["answers_per_s"] = summary(0)
-    result["server_cpu_ms_per_answer"] = summary(1)
+    result["answers_per_s"] = summary(rows, 0)
+    result["server_cpu_ms_per_answer"] = summary(rows, 1)
     result["blocks"] = rows
     print(json.dumps({k: v for k, v in result.items() if k != "blocks"}, indent=2))
     if args.out:

@@ -137,6 +137,9 @@ def scrape(url: str) -> dict[str, float]:
                     "dpicl_model_forward_rows_total", "dpicl_model_padded_tokens_total",
                     "dpicl_model_batch_seconds_sum", "dpicl_model_batch_cpu_seconds_total"):
                 out[s.name] = out.get(s.name, 0.0) + s.value
+            elif s.name in ("dpicl_answer_stage_seconds_sum", "dpicl_answer_stage_cpu_seconds_total"):
+                key = f"{s.name}:{s.labels.get('stage')}"  # an answer's read / work / charge (issue 27)
+                out[key] = out.get(key, 0.0) + s.value
     return out
 
 
@@ -219,7 +222,13 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             "answers_per_s": round(answers / wall, 3), "p50_s": round(q(0.5), 3), "p95_s": round(q(0.95), 3),
             "calls_per_batch": round(d.get("dpicl_model_batch_requests_sum", 0.0) / batches, 2) if batches else None,
             "forward_tokens_per_answer": round(d.get("dpicl_model_forward_tokens_total", 0.0) / answers, 1),
-            "forward_calls_per_answer": round(d.get("dpicl_model_forward_calls_total", 0.0) / answers, 1)}
+            "forward_calls_per_answer": round(d.get("dpicl_model_forward_calls_total", 0.0) / answers, 1),
+            # per answer, each stage's wall ms and the CPU ms of the thread that ran it (wall well above CPU:
+            # waiting for a lock, the GIL, a core or the model thread); {} from a server without them
+            "stages_ms_per_answer": {
+                st: {"wall": round(d.get(f"dpicl_answer_stage_seconds_sum:{st}", 0.0) / answers * 1000, 2),
+                     "cpu": round(d.get(f"dpicl_answer_stage_cpu_seconds_total:{st}", 0.0) / answers * 1000, 2)}
+                for st in ("read", "work", "charge") if f"dpicl_answer_stage_seconds_sum:{st}" in after}}
 
 
 def _print_row(name: str, r: dict) -> None:
@@ -231,7 +240,9 @@ def _print_row(name: str, r: dict) -> None:
           f"  model {r.get('model_ms_per_answer')} ms/ans (cpu {r.get('model_cpu_ms_per_answer')})"
           f"  service {r.get('service_ms_per_answer')} ms/ans"
           f"  server cpu {r.get('server_cpu_ms_per_answer')} ms/ans"
-          f"  client cpu {r.get('client_cpu_ms_per_answer')} ms/ans", flush=True)
+          f"  client cpu {r.get('client_cpu_ms_per_answer')} ms/ans"
+          + "".join(f"  {k} {v['wall']} (cpu {v['cpu']})" for k, v in (r.get("stages_ms_per_answer") or {}).items()),
+          flush=True)
 
 
 def _median(values: list) -> float | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,13 +50,21 @@ from app.runtime import Runtime
 _CRASH_AFTER_CHARGE = "DPICL_TEST_CRASH_AFTER_CHARGE"
 
 # Observers of the flow (the HTTP layer's metrics register here): called as fn(event, data) with
-# ("mechanism", {"name"}) when a model work starts and ("charge", {"mechanism", "epsilon"}) per charge.
+# ("mechanism", {"name"}) when a model work starts, ("charge", {"mechanism", "epsilon"}) per charge and
+# ("stage", {"stage", "seconds", "cpu_seconds"}) after each of an answer's read, work and charge: its wall
+# time and the CPU time of the thread that ran it (the model thread's own time is the scheduler's metric).
+# Wall well above CPU means waiting: for a lock, the GIL, a core, the model thread (issue 27).
 OBSERVERS: list[Callable[[str, dict[str, Any]], None]] = []
 
 
 def _notify(event: str, **data: Any) -> None:
     for fn in list(OBSERVERS):
         fn(event, data)
+
+
+def _stage(stage: str, seconds: float, cpu_seconds: float) -> None:
+    if OBSERVERS:
+        _notify("stage", stage=stage, seconds=seconds, cpu_seconds=cpu_seconds)
 
 
 class Caller(Protocol):
@@ -249,15 +258,20 @@ async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work]
     await _stop_if_gone(client_gone, "before the model work")
 
     def _read_and_work() -> tuple[Work, PrivateAnswer | None, Released | None]:
+        t0, c0 = time.perf_counter(), time.thread_time()
         with rt.db.session() as s:
             work = prepare(s)
             early = _early(ledger, s, caller, work.plan) if work.plan.charged else None
+        t1, c1 = time.perf_counter(), time.thread_time()
+        _stage("read", t1 - t0, c1 - c0)
         if early is not None:
             return work, early, None
         rng = noise_rng(rt, seed) if work.plan.budgeted else None
-        return work, None, work_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=work.plan.mechanism,
-                                           deadline_s=rt.settings.request_deadline_seconds,
-                                           max_tokens=answer_token_budget(rt.settings.max_answer_tokens, work.lm))
+        done = work_for_tenant(caller, work.compute, rng, lm=work.lm, mechanism=work.plan.mechanism,
+                               deadline_s=rt.settings.request_deadline_seconds,
+                               max_tokens=answer_token_budget(rt.settings.max_answer_tokens, work.lm))
+        _stage("work", time.perf_counter() - t1, time.thread_time() - c1)
+        return work, None, done
 
     work, early, done = await run_sync(_read_and_work)
     if early is not None:
@@ -285,6 +299,7 @@ def _charge_and_release(rt: Runtime, ledger: Ledger, caller: Caller, plan: Answe
     """Charge the computed answer in one transaction, then release it. The charge is the typed event
     of the work that was done (data-independent: it equals the precheck's cost). With reuse allowed,
     an identical answer charged meanwhile is released instead (this one is dropped, never charged)."""
+    t0, c0 = time.perf_counter(), time.thread_time()
     try:
         with rt.db.write_session() as s:
             ch = ledger.charge(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=cost,
@@ -298,6 +313,7 @@ def _charge_and_release(rt: Runtime, ledger: Ledger, caller: Caller, plan: Answe
         raise idempotency_conflict() from None
     except NoBudgetAccount:
         raise dataset_not_found(plan.dataset_id) from None
+    _stage("charge", time.perf_counter() - t0, time.thread_time() - c0)
     if ch.reused:
         return reused(ch, plan.return_internals)
     if ch.replayed_response is not None:

@@ -15,6 +15,9 @@ What is exported (all names start with ``dpicl_``):
 * ``request_seconds{endpoint,mechanism,status}``: HTTP latency per route template, private mechanism
   ("none" elsewhere) and status code;
 * ``budget_charges_total{mechanism}``, ``budget_epsilon_total{mechanism}``: ledger charges made;
+* ``answer_stage_seconds{stage}`` and ``answer_stage_cpu_seconds_total{stage}``: a private answer's read,
+  work and charge, wall time and the CPU time of the thread that ran it (wall well above CPU: waiting for
+  a lock, the GIL, a core or the model thread);
 * ``jobs{state}``: background jobs by state, counted in the database at scrape time.
 
 One registry per process (not the global default one), filled by every app built in it.
@@ -63,6 +66,11 @@ REQUEST_SECONDS = Histogram("dpicl_request_seconds", "HTTP request latency", ["e
                             buckets=_SECONDS, registry=REGISTRY)
 CHARGES = Counter("dpicl_budget_charges", "Privacy budget charges written to the ledger", ["mechanism"],
                   registry=REGISTRY)
+STAGE_SECONDS = Histogram("dpicl_answer_stage_seconds", "Wall seconds of a private answer's stage: read (the read "
+                          "transaction), work (the mechanism, model passes included), charge (the charge "
+                          "transaction)", ["stage"], buckets=_SECONDS, registry=REGISTRY)
+STAGE_CPU = Counter("dpicl_answer_stage_cpu_seconds", "CPU seconds of the thread that ran a private answer's stage "
+                    "(work: the request thread's, without the model thread's batches)", ["stage"], registry=REGISTRY)
 CHARGED_EPSILON = Counter("dpicl_budget_epsilon", "Epsilon charged to the ledger (sum over charges)", ["mechanism"],
                           registry=REGISTRY)
 
@@ -204,6 +212,9 @@ def _on_answer_event(event: str, data: dict[str, Any]) -> None:
         note_mechanism(data["name"])
     elif event == "charge":
         count_charge(data["mechanism"], data["epsilon"])
+    elif event == "stage":
+        STAGE_SECONDS.labels(data["stage"]).observe(data["seconds"])
+        STAGE_CPU.labels(data["stage"]).inc(max(0.0, data["cpu_seconds"]))
 
 
 def install(app) -> None:

@@ -109,5 +109,11 @@ def test_metrics_endpoint_in_prometheus_format(live_server, lm):
     cpu = value("dpicl_model_batch_cpu_seconds", "dpicl_model_batch_cpu_seconds_total", model=lm.name)
     assert 0 < cpu <= value("dpicl_model_batch_seconds", "dpicl_model_batch_seconds_sum", model=lm.name) + 1e-3
     assert value("dpicl_model_tokens", "dpicl_model_tokens_total", model=lm.name) > 0
+    # each answer's read, work and charge: one observation per charged answer, CPU never above wall
+    for stage in ("read", "work", "charge"):
+        assert value("dpicl_answer_stage_seconds", "dpicl_answer_stage_seconds_count", stage=stage) >= 4, stage
+        wall = value("dpicl_answer_stage_seconds", "dpicl_answer_stage_seconds_sum", stage=stage)
+        cpu = value("dpicl_answer_stage_cpu_seconds", "dpicl_answer_stage_cpu_seconds_total", stage=stage)
+        assert 0 < cpu <= wall + 1e-3, (stage, cpu, wall)
     assert {s.labels["state"] for s in fams["dpicl_jobs"].samples} >= {"queued", "running", "succeeded"}
     assert value("dpicl_model_queue_depth", "dpicl_model_queue_depth", model=lm.name) == 0
