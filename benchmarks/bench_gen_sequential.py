@@ -24,6 +24,8 @@ alternatives noise_tenth + no_noise + non_private, confidence 0.95):
 * sequential: ``gen_sequential.run_gen_sequential`` against targets that follow the design model
   exactly (``DesignModelTarget``: the correct release, noise x 1/4, x 1/10, no noise, non-private),
   ``--reps`` audits each (cap ``--cap``): mean trials to the verdict and the verdicts' counts;
+* probe (designs of several units: esa): the black-box sequential audit with the one-unit probe
+  first (``app.audit.probe.gen_probe_target``), the probe's target the same alternative on one unit;
 * white-box (``gen_noise.COVERED``): the same targets seen white-box, the audit with ``white_box=True``:
   esa through ``gen_noise.ESAWhiteBoxTarget`` (esa's own noise and nearest-candidate code on the
   design model's geometry, 384 noise draws per answer); clip_softmax, poe and mozo through
@@ -59,6 +61,7 @@ from app.audit.gen_queries import DEFAULT_SIGNALS, resolve_generation_query  # n
 from app.audit.gen_noise import COVERED, ESAWhiteBoxTarget  # noqa: E402
 from app.audit.gen_noise_tokens import TokenWhiteBoxTarget  # noqa: E402
 from app.audit.gen_sequential import DesignModelTarget, run_gen_sequential  # noqa: E402
+from app.audit.probe import GEN_UNITS  # noqa: E402
 
 EX = [(f"dialogue {i} about the weather", f"summary {i}") for i in range(8)]
 CANARY = "zq7 the lighthouse keeper owns eleven violet kites"
@@ -84,10 +87,11 @@ def fixed_trials(design_of, eps: float, tms: tuple[str, ...], dims: int = 0) -> 
     return smallest_trials(rep, 20_000)
 
 
-def _cell(make_target, d, eps: float, reps: int, cap: int, attack, white_box: bool) -> dict:
+def _cell(make_target, d, eps: float, reps: int, cap: int, attack, white_box: bool, make_probe=None) -> dict:
     res = [run_gen_sequential(make_target(), EX, attack, claimed_epsilon=eps, delta=1e-5, design=d,
                               alternatives=DEFAULT_GEN_REQUIRED, alpha=0.05, cap=cap, rng=np.random.default_rng(seed),
-                              white_box=white_box) for seed in range(reps)]
+                              white_box=white_box, probe=make_probe() if make_probe else None)
+           for seed in range(reps)]
     v = [r.verdict for r in res]
     by = [r.decided_by for r in res if r.decided_by]
     return {"mean_trials": float(np.mean([r.trials for r in res])),
@@ -132,6 +136,12 @@ def main() -> None:
                 row["fixed_white_box_margin_only"] = fixed_trials(design_of, eps, both)
             for t in TARGETS:
                 row[t] = _cell(lambda t=t: DesignModelTarget(d, t), d, eps, a.reps, a.cap, attack, False)
+            if d.units > 1:  # black-box with the one-unit probe first (app.audit.probe.gen_probe_target)
+                count, shots = GEN_UNITS[mech]
+                one = generation_design(mech, {"epsilon": eps, "delta": 1e-5, **params, count: 1, shots: len(EX)},
+                                        len(EX), max_tokens=tokens, white_box=False, distance=D)
+                row["probe"] = {t: _cell(lambda t=t: DesignModelTarget(d, t), d, eps, a.reps, a.cap, attack, False,
+                                         make_probe=lambda t=t: DesignModelTarget(one, t)) for t in TARGETS}
             if mech in COVERED:
                 cfg = configured(mech, {"epsilon": eps, "delta": 1e-5, **params}, len(EX), max_tokens=tokens)
 
@@ -157,6 +167,15 @@ def main() -> None:
         cells = [f"{r[t]['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in r[t].items() if k != "mean_trials")
                  for t in TARGETS]
         print(f"| {r['mechanism']} | {r['claim']:g} | {fixed} | " + " | ".join(cells) + " |")
+    print(f"\nblack-box with the one-unit probe first (designs of several units)\n"
+          f"| mechanism | claim | fixed (black-box) | {' | '.join(TARGETS)} |")
+    print("|---|---|---|" + "---|" * len(TARGETS))
+    for r in rows:
+        if "probe" not in r:
+            continue
+        cells = [f"{c['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in c.items() if k != "mean_trials")
+                 for c in (r["probe"][t] for t in TARGETS)]
+        print(f"| {r['mechanism']} | {r['claim']:g} | {r['fixed_black_box']} | " + " | ".join(cells) + " |")
     print(f"\nwhite-box (esa, clip_softmax, poe, mozo seen white-box)\n"
           f"| mechanism | claim | fixed (white-box; token mechanisms: black-box) | {' | '.join(TARGETS)} |")
     print("|---|---|---|" + "---|" * len(TARGETS))

@@ -46,6 +46,17 @@ stopping time, and the audit may look after every batch.
   ``decided_by`` says which half carried the verdict.
 * Cap: neither by the cap: inconclusive, with the e-values reached. Without a design model (the
   L3 judge, a mechanism that claims nothing) only the violation test runs: violation or inconclusive.
+* Probe (``probe``: ``app.audit.probe.gen_probe_target``, black-box audits of a design of several
+  units): with T units the canary is one unit's prompt of T, and esa's design model says why a gross
+  violation can hide there: the mean's gap with the canary, r d (1/T - 1/2), is below 0 for T > 2, so
+  a noise-free esa releases y0 with and without the canary (no pair statistic moves; issue 28's "esa
+  black-box, noise x 1/10 and no noise: inconclusive at the cap"). On one unit holding every exemplar
+  the gap is r d / 2 > 0: the canary decides the release. The probe is the same mechanism and claim
+  on that design (its own calibration), drawn first, as the classification audit's
+  (``sequential``'s module docstring: ``PROBE_MIN_PAIRS`` pairs, kept while its "both right" rate is
+  above p0^2, at most ``PROBE_MAX_PAIRS``; which arm draws next depends on the past only). Its own
+  four violation bets weigh ``PROBE_WEIGHT`` of the black-box mixture (a fixed-weight average of test
+  supermartingales under the claim is one); its trials count towards the cap, never towards a pass.
 
 Bets: ``sequential.BettingEProcess`` (online Newton step on the betting fraction, Cutkosky & Orabona
 2018, clipped to [0, B_MAX]): predictable, so each wealth process is a test supermartingale.
@@ -60,14 +71,15 @@ from typing import Any
 
 import numpy as np
 
+from app.audit.gateway import TargetError, TargetUnavailableError
 from app.audit.gen_model_check import MODEL_CHECK_DELTA, fits, pairs_needed
 from app.audit.gen_noise import TOKEN, noise_finding, observe_noise, white_box_evidence, white_box_gap
 from app.audit.gen_power import (GEN_ALTERNATIVES, GEN_MODEL_NOTE, GenerationDesign, alternative_release,
                                   alternative_ties)
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.power import DEFAULT_MIN_DETECTION
-from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, BettingEProcess, Progress, SequentialResult,
-                                  pass_threshold)
+from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, PROBE_MAX_PAIRS, PROBE_MIN_PAIRS, PROBE_WEIGHT,
+                                  BettingEProcess, Progress, SequentialResult, pass_threshold)
 from app.audit.eprocess import NoiseEvidence, OnsGridMix, max_both_right, max_pair_accuracy, toward
 from app.audit.sequential import FIRST_BET
 
@@ -118,6 +130,40 @@ class GenAlternative:
         return min(p.e for p in self.procs.values())
 
 
+class _PairBets:
+    """The black-box violation bets of one design arm: the guess "y1 released: canary in" (pair accuracy
+    <= p0, both right <= p0^2) and its mirror, at GUESS_WEIGHT / MIRROR_WEIGHT each."""
+
+    def __init__(self, p0: float, c2: float) -> None:
+        self.p0, self.c2 = p0, c2
+        self.acc, self.both = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
+        self.acc_m, self.both_m = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
+        self.pairs = 0
+        self.both_right = 0.0
+
+    def update(self, rel: dict[bool, float]) -> float:
+        """One pair's releases (1.0: y1), with and without the canary; its pair accuracy."""
+        x = 0.5 * (rel[True] + 1.0 - rel[False])
+        h = rel[True] * (1.0 - rel[False])
+        self.acc.update(x, self.p0)
+        self.both.update(h, self.c2)
+        self.acc_m.update(1.0 - x, self.p0)
+        self.both_m.update((1.0 - rel[True]) * rel[False], self.c2)
+        self.pairs += 1
+        self.both_right += h
+        return x
+
+    def draw_pair(self, target: Any, c1: Any, c0: Any, attack: Any, y1: str, rng: np.random.Generator) -> None:
+        rel: dict[bool, float] = {}
+        for member in ((True, False) if rng.random() < 0.5 else (False, True)):
+            rel[member] = float(target.observe(c1 if member else c0, attack, rng).label == y1)
+        self.update(rel)
+
+    @property
+    def e(self) -> float:
+        return GUESS_WEIGHT * (self.acc.e + self.both.e) + MIRROR_WEIGHT * (self.acc_m.e + self.both_m.e)
+
+
 class DesignModelCheck:
     """A two-sided test of "the target releases y1 with the claimed law's probability mu_c(h)" on the
     trials of each hypothesis h (canary in / out): four one-sided betting e-processes (up and down,
@@ -163,13 +209,16 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
                        delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float,
                        cap: int = DEFAULT_CAP, rng: np.random.Generator, batch_pairs: int = DEFAULT_BATCH_PAIRS,
                        no_model: str | None = None, progress: Progress | None = None,
-                       white_box: bool = False, min_detection: float = DEFAULT_MIN_DETECTION) -> GenSequentialResult:
+                       white_box: bool = False, min_detection: float = DEFAULT_MIN_DETECTION,
+                       probe: Any = None) -> GenSequentialResult:
     """Draw pairs in batches of ``batch_pairs`` until the violation e-process crosses 1/alpha, or
     every required alternative's 1/(1 - min_detection) (and the design-model check allows a
     black-box pass), or ``cap`` trials. ``min_detection``: ``config.power.min_detection`` (default
     ``power.DEFAULT_MIN_DETECTION``, the fixed power report's). ``design``: gen_power's design model of the
     target (None: no alternative can be modelled, ``no_model`` says why; violation or inconclusive).
-    ``white_box``: also read the noise the target reports (``app.audit.gen_noise``)."""
+    ``white_box``: also read the noise the target reports (``app.audit.gen_noise``). ``probe``: a
+    one-unit design of the same mechanism and claim, drawn first (module docstring; black-box only:
+    where the noise is read, it decides a gross violation in a pair and the probe is not drawn)."""
     pass_threshold(alpha, min_detection)  # checks both levels
     if cap < 2 or batch_pairs < 1:
         raise ValueError("the cap needs >= 2 trials and a batch >= 1 pair")
@@ -198,7 +247,7 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
         tracing(True)
     try:
         return _run(target, ex, attack, rng, claimed_epsilon, delta, design, alternatives, alpha, cap, batch_pairs,
-                    no_model, report, notes, noise, t0, min_detection)
+                    no_model, report, notes, noise, t0, min_detection, probe if noise is None else None)
     finally:
         if tracing is not None:
             tracing(False)
@@ -207,22 +256,25 @@ def run_gen_sequential(target: Any, exemplars: Sequence[tuple[str, str]], attack
 def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Generator, claimed_epsilon: float,
          delta: float, design: GenerationDesign | None, alternatives: Sequence[str], alpha: float, cap: int,
          batch_pairs: int, no_model: str | None, report: Progress, notes: list[str], noise: NoiseEvidence | None,
-         t0: float, min_detection: float) -> GenSequentialResult:
+         t0: float, min_detection: float, probe: Any = None) -> GenSequentialResult:
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
     y1 = attack.labels[0]
     p0 = max_pair_accuracy(claimed_epsilon, delta)
     # violation: on the pair accuracy (<= p0) and on "both right" (<= p0^2, eprocess.max_both_right) of
     # the guess "y1: canary in" (GUESS_WEIGHT each) and of its mirror "y0: canary in" (MIRROR_WEIGHT each)
-    acc, both = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
-    acc_m, both_m = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
     c2 = max_both_right(claimed_epsilon, delta)
+    main = _PairBets(p0, c2)
+    acc, both, acc_m, both_m = main.acc, main.both, main.acc_m, main.both_m
+    pr = _PairBets(p0, c2) if probe is not None else None  # the one-unit probe's own bets
+    w_probe = PROBE_WEIGHT if pr is not None else 0.0
+    probing = pr is not None
     alts = [] if design is None else [GenAlternative(a, design) for a in alternatives]
     check = DesignModelCheck(design) if design is not None and alts else None
     min_pairs = check.pairs_needed(alpha) if check is not None else 0
     read = 0  # answers whose noise was read
 
     def e_black() -> float:
-        return GUESS_WEIGHT * (acc.e + both.e) + MIRROR_WEIGHT * (acc_m.e + both_m.e)
+        return (1.0 - w_probe) * main.e + (w_probe * pr.e if pr is not None else 0.0)
 
     def e_violation() -> float:
         return e_black() if noise is None else 0.5 * e_black() + 0.5 * noise.e_violation
@@ -238,7 +290,20 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     verdict, reason, decided_by = "inconclusive", "", ""
     refuted_at, stopped_futile = 0, False
     while trials + 2 <= cap:
-        for _ in range(min(batch_pairs, (cap - trials) // 2)):
+        if probing and pr is not None:
+            try:
+                pr.draw_pair(probe, c1, c0, attack, y1, rng)
+            except (TargetError, ValueError) as exc:  # the target refuses the one-unit design: the probe stops
+                if pr.pairs or isinstance(exc, TargetUnavailableError):  # where it is (a stopped e-process is one)
+                    raise
+                notes.append(f"the one-unit probe was refused by the target ({type(exc).__name__}); the configured "
+                             "design ran alone")
+                probing = False
+                continue
+            trials += 2
+            if pr.pairs >= PROBE_MAX_PAIRS or (pr.pairs >= PROBE_MIN_PAIRS and pr.both_right / pr.pairs <= c2):
+                probing = False
+        for _ in range(0 if probing else min(batch_pairs, (cap - trials) // 2)):
             rel: dict[bool, float] = {}
             for member in ((True, False) if rng.random() < 0.5 else (False, True)):
                 obs = target.observe(c1 if member else c0, attack, rng)
@@ -253,12 +318,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             pairs += 1
             seen[True] += int(rel[True])
             seen[False] += int(rel[False])
-            x = 0.5 * (rel[True] + 1.0 - rel[False])
-            correct += x
-            acc.update(x, p0)
-            both.update(rel[True] * (1.0 - rel[False]), c2)
-            acc_m.update(1.0 - x, p0)
-            both_m.update((1.0 - rel[True]) * rel[False], c2)
+            correct += main.update(rel)
         ev, ea = e_violation(), e_alts()
         history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
         report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at {threshold:g})")
@@ -267,7 +327,11 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             white = noise is not None and noise.e_violation > e_black()
             decided_by = "white-box" if white else "black-box"
             mirrored = MIRROR_WEIGHT * (acc_m.e + both_m.e) > GUESS_WEIGHT * (acc.e + both.e)
+            by_probe = pr is not None and w_probe * pr.e > (1.0 - w_probe) * main.e
             why = (f"white-box: {noise_finding(noise)}" if noise is not None and white else
+                   f"the one-unit probe: its pairs released y1 with the canary and y0 without it in "
+                   f"{pr.both_right / max(1, pr.pairs):.3g} of {pr.pairs}, where the claim allows at most {c2:.3g} "
+                   f"on average" if by_probe and pr is not None else
                    f"pair accuracy of the guess 'y0 released: canary in' {1.0 - correct / pairs:.3g} against the "
                    f"claim's most {p0:.3g} (the release separates the contexts the other way round)" if mirrored else
                    f"pair accuracy of the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g}")
@@ -329,6 +393,13 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
         notes.append("white-box: the target reported no clean and noisy statistic (internals missing): black-box only")
     if noise is not None and noise.impossible:
         notes.append("white-box: " + "; ".join(noise.impossible))
+    arms: dict[str, dict[str, Any]] = {}
+    if pr is not None:
+        notes.append(f"a one-unit probe drew {2 * pr.pairs} trials first (the canary decides its release), weight "
+                     f"{w_probe:g} in the black-box violation e-value")
+        arms = {"probe": {"units": 1, "trials": 2 * pr.pairs, "pairs": pr.pairs, "e_violation": pr.e,
+                          "both_right_rate": pr.both_right / max(1, pr.pairs)},
+                "design": {"trials": 2 * pairs, "pairs": pairs, "e_violation": main.e}}
     report(1.0, "sequential audit done")
     half = max(1, pairs)
     comps = {"accuracy": acc.e, "both_right": both.e, "accuracy_mirrored": acc_m.e, "both_right_mirrored": both_m.e,
@@ -341,7 +412,8 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     return GenSequentialResult(
         verdict, reason, trials, pairs, alpha, e_violation(), comps, ea,
         "assumed" if design is not None else "none", cap, p0, correct / half, time.perf_counter() - t0,
-        prompts=trials, pass_level=1.0 - min_detection, history=history[-200:], notes=notes, design=None if design is None else design_summary(design),
+        prompts=trials, pass_level=1.0 - min_detection, arms=arms, history=history[-200:], notes=notes,
+        design=None if design is None else design_summary(design),
         laws={a.name: {t: list(v) for t, v in a.law.items()} for a in alts},
         y1_with=seen[True] / half, y1_without=seen[False] / half, decided_by=decided_by, white_box=wb)
 

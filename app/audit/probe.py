@@ -1,4 +1,5 @@
-"""The sequential audit's one-partition probe (``app.audit.sequential``, design arms).
+"""The sequential audits' one-partition probe (``app.audit.sequential``, design arms; for generation,
+``gen_probe_target`` and ``app.audit.gen_sequential``).
 
 With T partitions the canary moves one vote of T, so a gross violation (no noise, a tenth of the
 noise) moves the released label only where the other T - 1 votes are split: the configured design
@@ -59,4 +60,35 @@ def probe_arm(target: Any, n_exemplars: int, noise: VotingNoise | None, partitio
     return Arm(probe, 1, probe_noise, "probe")
 
 
-__all__ = ["PROBE_MAX_SHOTS", "probe_arm"]
+# A generation mechanism's unit count and shots-per-unit parameters (its own names).
+GEN_UNITS = {"esa": ("partitions", "shots_per_partition"), "clip_softmax": ("prompts", "shots_per_prompt"),
+             "poe": ("experts", "group_size"), "mozo": ("experts", "group_size")}
+
+
+def gen_probe_target(target: Any, n_exemplars: int, units: int | None) -> Any | None:
+    """The one-unit probe of a generation ``target`` (``app.audit.gen_sequential``'s module docstring):
+    the same mechanism, claim and params on one unit holding every exemplar, or None where it does
+    not apply: a design already on one unit, more than ``PROBE_MAX_SHOTS`` exemplars, a mechanism
+    without units, a defence. ``units``: the configured design's (the design model's ``units``)."""
+    from app.audit.gen_targets import GenerationMechanismTarget, RemoteGenerationTarget
+
+    if not units or units <= 1 or not 1 <= n_exemplars <= PROBE_MAX_SHOTS:
+        return None
+    if isinstance(target, GenerationMechanismTarget):
+        mech = target.mechanism.name
+        if mech not in GEN_UNITS or target.defence != "none":
+            return None
+        count, shots = GEN_UNITS[mech]
+        return GenerationMechanismTarget(target.lm, target.embedder, mech, {**target.params, count: 1,
+                                                                            shots: n_exemplars},
+                                         target.template, target.max_tokens, target.decider)
+    if isinstance(target, RemoteGenerationTarget):
+        if target.mechanism not in GEN_UNITS:
+            return None
+        count, shots = GEN_UNITS[target.mechanism]
+        # the same connection and registered contexts; only the generate call's units differ
+        return dataclasses.replace(target, params={**target.params, count: 1, shots: n_exemplars})
+    return None
+
+
+__all__ = ["GEN_UNITS", "PROBE_MAX_SHOTS", "gen_probe_target", "probe_arm"]

@@ -34,7 +34,8 @@ def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, t
         # 26 s of model calls: the sequential job's SQL on PostgreSQL is the "both" case's (same result
         # fields), and the black-box stopping rule does not depend on the database
         pytest.skip("the black-box case runs on SQLite; PostgreSQL runs the white-box ('both') case")
-    job = submit(client, "canary_mia", {**SEQ, "trials": 8, "threat_model": threat_model,
+    # the one-unit probe off: this test is about the configured design's wait (the probe: the test below)
+    job = submit(client, "canary_mia", {**SEQ, "trials": 8, "threat_model": threat_model, "probe": False,
                                         "power": {"alternatives": ["non_private"]}})
     j = wait_job(client, job["id"], timeout=900)
     assert j["status"] == "succeeded", j
@@ -63,7 +64,26 @@ def test_esa_sequential_job_reaches_a_verdict_with_trials_and_e_values(client, t
         assert f"after {seq['trials']} trials" in j["verdict_reason"] and seq["e_alternatives"]["non_private"] >= 20
         wb = seq["white_box"]
         assert seq["decided_by"] == "white-box" and seq["trials"] == 2 == wb["answers_read"], seq
+        assert "probe" not in seq["arms"]
         assert wb["impossible"] == [] and wb["e_violation"] < 1.0 and wb["e_alternatives"]["non_private"] >= 20
+
+
+def test_black_box_esa_draws_the_one_unit_probe_first(client, database_url):
+    """Black-box, esa on 2 partitions: the one-unit probe (app.audit.probe.gen_probe_target: partitions 1,
+    every exemplar in its prompt, the same claim) draws its pairs first, then the configured design; its
+    calls are counted, and white-box (the test above, 'both') draws no probe: the noise decides there."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("model calls: the wiring does not depend on the database (SQLite runs it)")
+    job = submit(client, "canary_mia", {**SEQ, "trials": 12, "threat_model": "black-box",
+                                        "power": {"alternatives": ["non_private"]}})
+    j = wait_job(client, job["id"], timeout=900)
+    assert j["status"] == "succeeded", j
+    r = j["result"]
+    seq = r["sequential"]
+    probe, design = seq["arms"]["probe"], seq["arms"]["design"]
+    assert probe["units"] == 1 and probe["trials"] >= 2 * 4 or j["verdict"] == "violation", seq["arms"]
+    assert probe["trials"] + design["trials"] == seq["trials"] == r["model_calls"] == r["target_calls"] <= 12
+    assert any("one-unit probe drew" in n for n in seq["notes"]), seq["notes"]
 
 
 @pytest.mark.parametrize("config,param", [

@@ -138,7 +138,9 @@ class CanaryMIAConfig(JSONBody):
         "(classification rnm; generation esa, clip_softmax, poe, mozo); "
         "sequential: the cap ('auto': 10000)")
     probe: bool = Field(default=True, description="sequential, rnm: draw a one-partition probe first (one model call "
-                        "per trial; catches gross violations in a few pairs; app.audit.probe)")
+                        "per trial; catches gross violations in a few pairs; app.audit.probe); generation, "
+                        "black-box, a design of several units (esa, clip_softmax, poe, mozo): a one-unit probe, "
+                        "where the canary decides the release (noise left out: a violation in a few pairs)")
     power: PowerConfig = Field(default_factory=PowerConfig)
     n_llm: int = Field(default=16, ge=1, le=10_000)
     n_sample: int = Field(default=400_000, ge=4, le=4_000_000)

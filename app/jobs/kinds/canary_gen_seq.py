@@ -14,6 +14,10 @@ target with ``white_box``): the audit also reads the noise the target reports (`
 esa's clean and noisy mean; ksa's gaps, k* and PTR outcome; in-process clip_softmax, poe and mozo: each
 step's clean statistic through ``app.mechanisms.step_trace``, never serialised); a remote target's token
 mechanism, and a target that reports no internals, stay black-box with a note saying why.
+
+Black-box, a design of several units (esa's partitions, clip_softmax's prompts, poe's and mozo's experts)
+draws a one-unit probe first (``config.probe``, default on; ``app.audit.probe.gen_probe_target``): the
+canary then decides the release, so noise left out is a violation within a few pairs.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
     from app.audit.gen_power import signal_distance
     from app.audit.gen_queries import resolve_generation_query
     from app.audit.gen_sequential import run_gen_sequential
+    from app.audit.probe import gen_probe_target
     from app.jobs.kinds.canary_seq import cap, claim_of, target_failures
 
     try:
@@ -113,19 +118,23 @@ def run(ctx: JobContext, config: Any, target: Any, exemplars: list[tuple[str, st
         dist = signal_distance(target.decider.embedder, *attack.labels[:2]) if config.target.mechanism == "esa" \
             else None
         design = _design(config, target.params, len(exemplars), dist, tuple(attack.labels[:2]))
+    # the one-unit probe (black-box: run_gen_sequential leaves it out where the noise is read)
+    probe = gen_probe_target(target, len(exemplars), design.units if design is not None else None) \
+        if config.probe else None
     with target_failures(target):
         res = run_gen_sequential(target, exemplars, attack, claimed_epsilon=float(claim), delta=delta, design=design,
                                  alternatives=list(config.power.alternatives), alpha=1.0 - config.confidence,
                                  cap=cap(config.trials), rng=rng, no_model=None if no is None else no[0],
                                  progress=lambda f, m: ctx.progress(0.02 + 0.9 * f, m),
-                                 white_box=wb, min_detection=config.power.min_detection)
+                                 white_box=wb, min_detection=config.power.min_detection, probe=probe)
     if wb_note:
         res.notes.append(wb_note)
     seq = {**res.to_dict(), "claimed_epsilon": float(claim)}
     out: dict[str, Any] = {
         "mode": "sequential", "task": "generation", "target": target.name, "_attack": attack,
         "epsilon": None, "epsilon_claimed": eps_claimed, "delta": delta, "confidence": config.confidence,
-        "model_calls": res.trials, "target_calls": target.calls, "trials_total": res.trials, "sequential": seq,
+        "model_calls": res.trials, "target_calls": target.calls + (probe.calls if probe is not None else 0),
+        "trials_total": res.trials, "sequential": seq,
         "power": None, "exemplar_count": len(exemplars)}
     if no is not None:
         out["power_unknown"] = no[0]
