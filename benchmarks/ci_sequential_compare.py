@@ -75,7 +75,7 @@ def _fixed(target: Any, attack: Any, eps: float, trials: int, seed: int, labels:
 
 def _seq(target: Any, attack: Any, eps: float, t: int, seed: int, probe: bool) -> tuple[str, int, str, float]:
     noise = rnm_noise(_params(eps, t), N)
-    arm = probe_arm(getattr(target, "_t", target), N, noise, t) if probe else None
+    arm = probe_arm(getattr(target, "_target", target), N, noise, t) if probe else None  # the wrapped simulation
     if arm is not None and isinstance(target, BlackBox):
         arm.target = BlackBox(arm.target)
     r = run_sequential(target, EXEMPLARS, attack, claimed_epsilon=eps, delta=1e-5, noise=noise, partitions=t,

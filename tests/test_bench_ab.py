@@ -34,3 +34,4 @@ def test_a_steady_drift_cancels_and_a_real_difference_shows(ab):
     assert 0.97 < same["ratio_median"] < 1.03 and same["ratio_min"] < 1.0 < same["ratio_max"]
     faster = ab.summary(ab.run_blocks(8, drifting(1.2)), 0)
     assert 1.15 < faster["ratio_median"] < 1.25
+

@@ -79,7 +79,13 @@ PROBE_WEIGHT = 0.1
 # above SPREAD x the floor: the claimed noise releases each label with probability >= floor whatever the
 # votes, so a (near-)deterministic release -- a label never released, e.g. a label-mapping bug behind
 # no noise, outside the noise-multiplier alternatives -- can then never pass before the floor test sees it.
-SPREAD = 0.25
+# Any SPREAD > 0 excludes a label never released; the bet needs ~ln(1/level) / KL(floor || SPREAD x floor)
+# trials per label, KL ~ floor x (ln(1/SPREAD) - 1 + SPREAD): at 0.25 it was the last null of a correct
+# black-box pass on the README's decoy config (94 trials at claim 2, 267 prompts, against the fixed design's
+# 210); at 0.1 it rejects ~2.2x sooner (50 trials, 135 prompts; docs/audit.md, "Where a sequential pass
+# spends its trials"). The price: a label released at between 0.1 and 0.25 x the floor is left to the
+# floor test's race with the pass, no longer excluded by the pass's own level.
+SPREAD = 0.1
 FIRST_BET = 0.6  # the violation bettors' first fraction (then ONS): predictable, so any value in [0, B_MAX] is valid
 
 

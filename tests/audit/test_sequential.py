@@ -409,9 +409,12 @@ def test_a_near_deterministic_release_outside_the_alternatives_does_not_pass(bug
     """Behind no noise (or a quarter of it) the inverted gateway releases the non-canary label ~always:
     no noise-multiplier alternative describes it, and its directional bets reject every one of them (its
     releases lie beyond the claim), so it passed after 6 trials before the spread check. Every label's
-    release rate must now be shown above SPREAD x floor (the claim's floor holds whatever the votes):
-    the inverted releases one label with probability <= 0.054 < 0.25 x 0.251 at 5 partitions, so
-    P(pass) <= 1 - min_detection (the pass level); with no noise never (that label is never released), and the floor test finds the violation."""
+    release rate must now be shown above SPREAD x floor (the claim's floor holds whatever the votes).
+    With no noise that label is never released: never a pass (every SPREAD > 0 excludes it), and the floor
+    test finds the violation. Behind a quarter of the noise it is released with probability 0.054 at 5
+    partitions: below 0.25 x 0.251 (SPREAD until stop 44, when Ville bounded P(pass) by the pass level)
+    but above 0.1 x 0.251 (SPREAD now), so the bound here is the floor test's lead in the race with the
+    pass (0 of 300 passes at either SPREAD, measured; asserted at the pass level + 3 sd)."""
     alpha, t, eps = 0.05, 5, 1.0
     params = {"epsilon": eps, "delta": 1e-5, "partitions": t, "shots_per_partition": 1}
     noise = rnm_noise(params, 8)
