@@ -31,7 +31,7 @@ import httpx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.bench_serving import TINY_NAME, _cpu_s, make_dataset  # noqa: E402
-from benchmarks.dpicl_server import free_port  # noqa: E402
+from benchmarks.dpicl_server import free_port, wait_healthy  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,17 +48,9 @@ def start(build: str, tmp: str, tiny: str, name: str) -> tuple[subprocess.Popen,
                             stdout=log, stderr=subprocess.STDOUT)
     log.close()
     url = f"http://127.0.0.1:{port}"
-    t0 = time.perf_counter()
-    while True:
-        try:
-            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.perf_counter() - t0 > 300:
-            proc.kill()
-            raise RuntimeError(f"the {name} server did not start: {tmp}/{name}.log")
-        time.sleep(0.2)
+    if not wait_healthy(proc, url):
+        raise RuntimeError(f"the {name} server did not start: {tmp}/{name}.log")
+    return proc, url
 
 
 async def block(url: str, ds: str, queries: list[str], answers: int, clients: int, partitions: int,

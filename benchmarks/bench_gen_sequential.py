@@ -159,35 +159,27 @@ def main() -> None:
     if a.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"| mechanism | claim | fixed (black-box) | {' | '.join(TARGETS)} |")
-    print("|---|---|---|" + "---|" * len(TARGETS))
-    for r in rows:
-        fixed = str(r["fixed_black_box"]) + (f" (white-box {r['fixed_white_box']}; margin only "
-                                              f"{r['fixed_white_box_margin_only']})" if "fixed_white_box" in r else "")
-        cells = [f"{r[t]['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in r[t].items() if k != "mean_trials")
-                 for t in TARGETS]
-        print(f"| {r['mechanism']} | {r['claim']:g} | {fixed} | " + " | ".join(cells) + " |")
-    print(f"\nblack-box with the one-unit probe first (designs of several units)\n"
-          f"| mechanism | claim | fixed (black-box) | {' | '.join(TARGETS)} |")
-    print("|---|---|---|" + "---|" * len(TARGETS))
-    for r in rows:
-        if "probe" not in r:
-            continue
-        cells = [f"{c['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in c.items() if k != "mean_trials")
-                 for c in (r["probe"][t] for t in TARGETS)]
-        print(f"| {r['mechanism']} | {r['claim']:g} | {r['fixed_black_box']} | " + " | ".join(cells) + " |")
-    print(f"\nwhite-box (esa, clip_softmax, poe, mozo seen white-box)\n"
-          f"| mechanism | claim | fixed (white-box; token mechanisms: black-box) | {' | '.join(TARGETS)} |")
-    print("|---|---|---|" + "---|" * len(TARGETS))
-    for r in rows:
-        if "white_box" not in r:
-            continue
-        cells = [f"{c['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in c.items()
-                                                        if k not in ("mean_trials", "decided_by"))
-                 + " (" + ", ".join(f"{k} {n}" for k, n in c.get("decided_by", {}).items()) + ")"
-                 for c in (r["white_box"][t] for t in TARGETS)]
-        print(f"| {r['mechanism']} | {r['claim']:g} | {r.get('fixed_white_box', r['fixed_black_box'])} | "
-              + " | ".join(cells) + " |")
+    def table(title: str, fixed_head: str, cells_of, fixed_of) -> None:
+        print(f"{title}| mechanism | claim | {fixed_head} | {' | '.join(TARGETS)} |")
+        print("|---|---|---|" + "---|" * len(TARGETS))
+        for r in rows:
+            cells = cells_of(r)
+            if cells is not None:
+                print(f"| {r['mechanism']} | {r['claim']:g} | {fixed_of(r)} | " + " | ".join(
+                    f"{c['mean_trials']:.0f}, " + " / ".join(f"{k} {n}" for k, n in c.items()
+                                                            if k not in ("mean_trials", "decided_by"))
+                    + (" (" + ", ".join(f"{k} {n}" for k, n in c["decided_by"].items()) + ")"
+                       if "decided_by" in c else "") for c in cells) + " |")
+
+    table("", "fixed (black-box)", lambda r: [r[t] for t in TARGETS],
+          lambda r: str(r["fixed_black_box"]) + (f" (white-box {r['fixed_white_box']}; margin only "
+                                                 f"{r['fixed_white_box_margin_only']})" if "fixed_white_box" in r else ""))
+    table("\nblack-box with the one-unit probe first (designs of several units)\n", "fixed (black-box)",
+          lambda r: [r["probe"][t] for t in TARGETS] if "probe" in r else None, lambda r: r["fixed_black_box"])
+    table("\nwhite-box (esa, clip_softmax, poe, mozo seen white-box)\n",
+          "fixed (white-box; token mechanisms: black-box)",
+          lambda r: [r["white_box"][t] for t in TARGETS] if "white_box" in r else None,
+          lambda r: r.get("fixed_white_box", r["fixed_black_box"]))
     print(f"\n{a.reps} audits per cell, cap {a.cap}; {out['seconds']} s")
 
 

@@ -52,7 +52,7 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.dpicl_server import free_port  # noqa: E402
+from benchmarks.dpicl_server import free_port, wait_healthy  # noqa: E402
 
 WORKLOADS = {"rnm 2x1": (2, 1), "rnm 8x4": (8, 4), "clip 4x16": (4, 16)}
 LM_NAME = "smollm2-135m-instruct"  # the served lm whose metrics are scraped (--tiny: the tiny model)
@@ -78,17 +78,9 @@ def start_server(tmp: str, threads: int, scheduler: dict | None,
                             stdout=log, stderr=subprocess.STDOUT)
     log.close()
     url = f"http://127.0.0.1:{port}"
-    t0 = time.perf_counter()
-    while True:
-        try:
-            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.perf_counter() - t0 > 300:
-            proc.kill()
-            raise RuntimeError("server did not start")
-        time.sleep(0.2)
+    if not wait_healthy(proc, url):
+        raise RuntimeError("server did not start")
+    return proc, url
 
 
 def make_dataset(url: str) -> tuple[str, list[str]]:

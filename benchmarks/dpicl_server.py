@@ -33,16 +33,24 @@ def start_dpicl(name: str, env: dict[str, str], wait_s: float = 300.0) -> tuple[
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=full, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    if not wait_healthy(proc, url, wait_s):
+        raise SystemExit(f"dpicl serve ({name}) did not become healthy: {tmp / 'server.log'}")
+    return proc, url
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, wait_s: float = 300.0) -> bool:
+    """True once ``url``'s ``/v1/health`` answers 200; False (the process killed) when it exits or
+    ``wait_s`` passes first."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
-                return proc, url
+                return True
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     proc.kill()
-    raise SystemExit(f"dpicl serve ({name}) did not become healthy: {tmp / 'server.log'}")
+    return False
 
 
 def stop(*procs: subprocess.Popen) -> None:
