@@ -75,7 +75,14 @@ def json_dumps(value: Any) -> str:
 
 
 def json_loads(text: str | bytes) -> Any:
-    """``json.loads(text)``, with long lists of numbers remembered by their text (a fresh copy each time)."""
+    """``json.loads(text)``, with long lists of numbers remembered by their text (a fresh copy each time).
+    psycopg hands its loader bytes: a long one that opens a list is decoded first (UTF-8, as json.loads
+    would), so PostgreSQL's rows are remembered too."""
+    if type(text) is bytes and len(text) >= _MIN_TEXT and text[:1] == b"[":
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            return json.loads(text)
     if type(text) is str and len(text) >= _MIN_TEXT and text[0] == "[" and "{" not in text and '"' not in text:
         with _CURVES_LOCK:
             hit = _PARSED.get(text)

@@ -9,6 +9,7 @@ import math
 import sys
 
 import numpy as np
+import pytest
 
 from app.store import db, json_memo
 
@@ -44,7 +45,13 @@ def test_equal_to_json_loads_and_a_fresh_list_each_time():
     first = json_memo.json_loads(json.dumps(CURVE))
     first[0] = -1.0  # a caller changing its list changes no later caller's
     assert json_memo.json_loads(json.dumps(CURVE)) == CURVE
-    assert json_memo.json_loads(json.dumps(CURVE).encode()) == CURVE  # bytes: json.loads as before
+    raw = json.dumps(CURVE).encode()  # psycopg hands bytes
+    assert json_memo.json_loads(raw) == CURVE and json.dumps(CURVE) in json_memo._PARSED  # remembered
+    bad = b"[" + b"1, " * 100 + b"\xff]"  # not UTF-8: json.loads' own error, as before
+    with pytest.raises(UnicodeDecodeError):
+        json.loads(bad)
+    with pytest.raises(UnicodeDecodeError):
+        json_memo.json_loads(bad)
 
 
 def test_only_bit_identical_lists_share_a_text():
