@@ -23,14 +23,13 @@ of the three (each is a valid upper bound): never more than RDP alone. See docs/
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from app.budget.split import split
+from app.lru import LRU
 from app.privacy.pld import HistoryTooLarge, PldSpec, compose_counts
 from app.privacy.rdp import DEFAULT_ORDERS, convert_rdp, rdp_on_grid
 
@@ -137,9 +136,8 @@ def fits(spent: float, epsilon_budget: float) -> bool:
     return spent <= epsilon_budget * (1 + BUDGET_RTOL)
 
 
-_MEMO: OrderedDict[bytes, tuple[float, str]] = OrderedDict()
 _MEMO_SIZE = 256
-_MEMO_LOCK = threading.Lock()
+_MEMO = LRU(_MEMO_SIZE)  # _memo_key -> compose's (epsilon, route)
 
 
 def _memo_key(state: BudgetState, delta_budget: float) -> bytes:
@@ -159,16 +157,11 @@ def compose(state: BudgetState, delta_budget: float) -> tuple[float, str]:
     an answer's precheck and its charge compose the same state when no other charge came between
     them, and the PLD route's root finding costs ~1-2 ms per call (issue 27)."""
     key = _memo_key(state, delta_budget)
-    with _MEMO_LOCK:
-        hit = _MEMO.get(key)
-        if hit is not None:
-            _MEMO.move_to_end(key)
-            return hit
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit
     out = _compose(state, delta_budget)
-    with _MEMO_LOCK:
-        _MEMO[key] = out
-        if len(_MEMO) > _MEMO_SIZE:
-            _MEMO.popitem(last=False)
+    _MEMO.put(key, out)
     return out
 
 

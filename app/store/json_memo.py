@@ -21,34 +21,27 @@ decoding per answer before this.
 from __future__ import annotations
 
 import json
-import threading
 from array import array
-from collections import OrderedDict
 from typing import Any
 
-_CURVES: OrderedDict[bytes, str] = OrderedDict()
+from app.lru import LRU
+
 _CURVES_SIZE = 64
-_CURVES_LOCK = threading.Lock()
+_CURVES = LRU(_CURVES_SIZE)  # a float list's IEEE bytes -> its json.dumps text
 _MIN_CURVE = 32
 _MAX_DEPTH = 4
 
-_PARSED: OrderedDict[str, list] = OrderedDict()
 _PARSED_SIZE = 64
+_PARSED = LRU(_PARSED_SIZE)  # a number list's text -> its parse (handed out as copies)
 _MIN_TEXT = 200  # characters: about 12 floats; shorter texts parse faster than they hash
 
 
 def _curve_text(value: list) -> str:
     key = array("d", value).tobytes()
-    with _CURVES_LOCK:
-        text = _CURVES.get(key)
-        if text is not None:
-            _CURVES.move_to_end(key)
-            return text
-    text = json.dumps(value)
-    with _CURVES_LOCK:
-        _CURVES[key] = text
-        if len(_CURVES) > _CURVES_SIZE:
-            _CURVES.popitem(last=False)
+    text = _CURVES.get(key)
+    if text is None:
+        text = json.dumps(value)
+        _CURVES.put(key, text)
     return text
 
 
@@ -84,17 +77,12 @@ def json_loads(text: str | bytes) -> Any:
         except UnicodeDecodeError:
             return json.loads(text)
     if type(text) is str and len(text) >= _MIN_TEXT and text[0] == "[" and "{" not in text and '"' not in text:
-        with _CURVES_LOCK:
-            hit = _PARSED.get(text)
-            if hit is not None:
-                _PARSED.move_to_end(text)
-                return list(hit)
+        hit = _PARSED.get(text)
+        if hit is not None:
+            return list(hit)
         parsed = json.loads(text)
         if type(parsed) is list and all(type(x) in (float, int) or x is None for x in parsed):
-            with _CURVES_LOCK:
-                _PARSED[text] = parsed
-                if len(_PARSED) > _PARSED_SIZE:
-                    _PARSED.popitem(last=False)
+            _PARSED.put(text, parsed)
             return list(parsed)
         return parsed
     return json.loads(text)

@@ -7,13 +7,13 @@ import hmac
 import logging
 import math
 import secrets
-import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import asdict
 from typing import Any, Literal, cast
 
 import numpy as np
+
+from app.lru import LRU
 
 from ..errors import CapabilityError
 from ..tenancy import _TENANT, spend_work
@@ -34,27 +34,6 @@ log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------- helpers
-
-
-class _LRU:
-    def __init__(self, size: int):
-        self.size = size
-        self._d: OrderedDict[Any, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
-        return None
-
-    def put(self, key: Any, value: Any) -> None:
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
 
 
 def _token_key_id(key: str) -> int:
@@ -80,7 +59,7 @@ class RemoteLanguageModel:
         self.transport = transport or Transport(opts, label=f"model {spec.name!r}")
         self.model_id: str = opts.served_model_name or ""
         self._salt_key = (opts.cache_salt or secrets.token_hex(32)).encode()
-        self._tok_cache = _LRU(4096)
+        self._tok_cache = LRU(4096)
         self._bos_id: int | None = None
         self.eos_token_ids: frozenset[int] = frozenset(opts.eos_token_ids or ())
         self._max_context = opts.max_context
