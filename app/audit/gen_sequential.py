@@ -15,9 +15,13 @@ stopping time, and the audit may look after every batch.
   under (epsilon, delta)-DP for ANY model and prompt (TPR <= e^eps FPR + delta and
   1 - FPR <= e^eps (1 - TPR) + delta at their symmetric point: ``sequential.max_pair_accuracy``;
   González et al.'s black-box test of membership accuracy), and "both right"
-  1[y1 | in] x 1[not y1 | out] has mean <= p0^2 (``eprocess.max_both_right``). The violation
-  e-value is the average of a bet against each; crossing 1/alpha is a violation, whatever model the
-  target serves.
+  1[y1 | in] x 1[not y1 | out] has mean <= p0^2 (``eprocess.max_both_right``); the same for the
+  mirrored guess, and a bet on each of the four single-event inequalities P(E | in) <= e^eps
+  P(E | out) + delta (and in / out swapped; E = y1, y0) that the pair accuracy averages: a release
+  rare on both contexts exceeds one of them while the average stays in its null
+  (``app.audit.pair_bets``: esa on 4 partitions at a tenth of its noise). The violation e-value is a
+  fixed-weight average of these bets; crossing 1/alpha is a violation, whatever model the target
+  serves.
 * Pass: every required alternative of ``app.audit.gen_power`` (noise x 1/2, 1/4, 1/10, no_noise,
   non_private) is rejected, at 1/(1 - min_detection) (``sequential.pass_threshold``: a target that IS
   alternative a passes with probability <= 1 - min_detection, the planner's and the fixed verdict's
@@ -78,17 +82,15 @@ from app.audit.gen_power import (GEN_ALTERNATIVES, GEN_MODEL_NOTE, GenerationDes
                                   alternative_ties)
 from app.audit.insertion import exemplar_tuple, paired_contexts
 from app.audit.power import DEFAULT_MIN_DETECTION
-from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, PROBE_MAX_PAIRS, PROBE_MIN_PAIRS, PROBE_WEIGHT,
-                                  BettingEProcess, Progress, SequentialResult, pass_threshold)
+from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, FIRST_BET, PROBE_MAX_PAIRS, PROBE_MIN_PAIRS,
+                                  PROBE_WEIGHT, BettingEProcess, Progress, SequentialResult, pass_threshold)
 from app.audit.eprocess import NoiseEvidence, OnsGridMix, max_both_right, max_pair_accuracy, toward
-from app.audit.sequential import FIRST_BET
+from app.audit.pair_bets import PairBets
 
 # A black-box pass rests on the design model; the check it waits for (MODEL_CHECK_DELTA, Z_BLOCK, the
 # pairs a test of the claimed law needs) is app.audit.gen_model_check's, shared with the fixed verdict.
-# The violation e-value's weights: the guess "y1 released: canary in" and its mirror "y0 released:
-# canary in" (DP bounds both events of a neighbouring pair; a release that separates the contexts the
-# other way round is as much a violation: esa's greedy full_context on SmolLM2 does exactly that).
-GUESS_WEIGHT, MIRROR_WEIGHT = 0.4, 0.1
+# The violation e-value's bettors and weights: app.audit.pair_bets (the guess "y1 released: canary in",
+# its mirror, and the four single-event DP inequalities a rare release exceeds).
 
 ASSUMED_NOTE = ("the alternatives' release probabilities are gen_power's design model, not observed: " + GEN_MODEL_NOTE
                 + "; a pass says the target is not the alternative as that model predicts it")
@@ -128,40 +130,6 @@ class GenAlternative:
     @property
     def e(self) -> float:
         return min(p.e for p in self.procs.values())
-
-
-class _PairBets:
-    """The black-box violation bets of one design arm: the guess "y1 released: canary in" (pair accuracy
-    <= p0, both right <= p0^2) and its mirror, at GUESS_WEIGHT / MIRROR_WEIGHT each."""
-
-    def __init__(self, p0: float, c2: float) -> None:
-        self.p0, self.c2 = p0, c2
-        self.acc, self.both = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
-        self.acc_m, self.both_m = BettingEProcess(+1, FIRST_BET), BettingEProcess(+1, FIRST_BET)
-        self.pairs = 0
-        self.both_right = 0.0
-
-    def update(self, rel: dict[bool, float]) -> float:
-        """One pair's releases (1.0: y1), with and without the canary; its pair accuracy."""
-        x = 0.5 * (rel[True] + 1.0 - rel[False])
-        h = rel[True] * (1.0 - rel[False])
-        self.acc.update(x, self.p0)
-        self.both.update(h, self.c2)
-        self.acc_m.update(1.0 - x, self.p0)
-        self.both_m.update((1.0 - rel[True]) * rel[False], self.c2)
-        self.pairs += 1
-        self.both_right += h
-        return x
-
-    def draw_pair(self, target: Any, c1: Any, c0: Any, attack: Any, y1: str, rng: np.random.Generator) -> None:
-        rel: dict[bool, float] = {}
-        for member in ((True, False) if rng.random() < 0.5 else (False, True)):
-            rel[member] = float(target.observe(c1 if member else c0, attack, rng).label == y1)
-        self.update(rel)
-
-    @property
-    def e(self) -> float:
-        return GUESS_WEIGHT * (self.acc.e + self.both.e) + MIRROR_WEIGHT * (self.acc_m.e + self.both_m.e)
 
 
 class DesignModelCheck:
@@ -260,12 +228,11 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     c1, c0 = paired_contexts(ex, attack.canary.exemplar(), int(rng.integers(len(ex))))
     y1 = attack.labels[0]
     p0 = max_pair_accuracy(claimed_epsilon, delta)
-    # violation: on the pair accuracy (<= p0) and on "both right" (<= p0^2, eprocess.max_both_right) of
-    # the guess "y1: canary in" (GUESS_WEIGHT each) and of its mirror "y0: canary in" (MIRROR_WEIGHT each)
+    # violation: app.audit.pair_bets (pair accuracy <= p0, "both right" <= p0^2 of the guess "y1: canary
+    # in" and of its mirror, and the four single-event inequalities P(E | a) <= e^eps P(E | b) + delta)
     c2 = max_both_right(claimed_epsilon, delta)
-    main = _PairBets(p0, c2)
-    acc, both, acc_m, both_m = main.acc, main.both, main.acc_m, main.both_m
-    pr = _PairBets(p0, c2) if probe is not None else None  # the one-unit probe's own bets
+    main = PairBets(claimed_epsilon, p0, c2)
+    pr = PairBets(claimed_epsilon, p0, c2) if probe is not None else None  # the one-unit probe's own bets
     w_probe = PROBE_WEIGHT if pr is not None else 0.0
     probing = pr is not None
     alts = [] if design is None else [GenAlternative(a, design) for a in alternatives]
@@ -284,8 +251,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                 else a.e for a in alts}
     threshold, pass_at = 1.0 / alpha, pass_threshold(alpha, min_detection)
     trials = pairs = 0
-    correct = 0.0
-    seen = {True: 0, False: 0}
+    seen = main.seen
     history: list[dict[str, float]] = []
     verdict, reason, decided_by = "inconclusive", "", ""
     refuted_at, stopped_futile = 0, False
@@ -316,9 +282,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                     check.update(rel[member], member, threshold)
             trials += 2
             pairs += 1
-            seen[True] += int(rel[True])
-            seen[False] += int(rel[False])
-            correct += main.update(rel)
+            main.update(rel)
         ev, ea = e_violation(), e_alts()
         history.append({"trials": trials, "e_violation": ev, **{f"e_{n}": v for n, v in ea.items()}})
         report(min(0.99, trials / cap), f"sequential: {trials} trials, e-value {ev:.3g} (violation at {threshold:g})")
@@ -326,15 +290,9 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             verdict = "violation"
             white = noise is not None and noise.e_violation > e_black()
             decided_by = "white-box" if white else "black-box"
-            mirrored = MIRROR_WEIGHT * (acc_m.e + both_m.e) > GUESS_WEIGHT * (acc.e + both.e)
             by_probe = pr is not None and w_probe * pr.e > (1.0 - w_probe) * main.e
             why = (f"white-box: {noise_finding(noise)}" if noise is not None and white else
-                   f"the one-unit probe: its pairs released y1 with the canary and y0 without it in "
-                   f"{pr.both_right / max(1, pr.pairs):.3g} of {pr.pairs}, where the claim allows at most {c2:.3g} "
-                   f"on average" if by_probe and pr is not None else
-                   f"pair accuracy of the guess 'y0 released: canary in' {1.0 - correct / pairs:.3g} against the "
-                   f"claim's most {p0:.3g} (the release separates the contexts the other way round)" if mirrored else
-                   f"pair accuracy of the guess 'y1 released' {correct / pairs:.3g} against the claim's most {p0:.3g}")
+                   f"the one-unit probe: {pr.why(delta)}" if by_probe and pr is not None else main.why(delta))
             reason = (f"the e-value against the claim epsilon {claimed_epsilon:g} reached {ev:.4g} >= 1/alpha = "
                       f"{threshold:g} after {trials} trials (anytime-valid at level {alpha:g}; {why})")
             break
@@ -342,8 +300,10 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             # no black-box pass can follow a refuted design model: go on for a violation only while its
             # e-value says one may come (>= 1), once the audit has drawn as many pairs again as when it was
             # refuted and at least min_pairs more; any stopping time keeps the violation test's level (Ville)
+            # (or while the observed shares exceed one of the DP inequalities or lie within a standard error
+            # of it: a rare release's bet grows slowly, app.audit.pair_bets)
             refuted_at = refuted_at or pairs
-            if pairs >= refuted_at + max(refuted_at, min_pairs) and ev < 1.0:
+            if pairs >= refuted_at + max(refuted_at, min_pairs) and ev < 1.0 and not main.may_exceed_ratio(delta):
                 stopped_futile = True
                 break
         if not (alts and all(v >= pass_at for v in ea.values())):
@@ -402,7 +362,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                 "design": {"trials": 2 * pairs, "pairs": pairs, "e_violation": main.e}}
     report(1.0, "sequential audit done")
     half = max(1, pairs)
-    comps = {"accuracy": acc.e, "both_right": both.e, "accuracy_mirrored": acc_m.e, "both_right_mirrored": both_m.e,
+    comps = {**main.components(),
              **({"design_model_check": check.e} if check is not None else {}),
              **({"noise": noise.e_violation} if noise is not None else {})}
     wb: dict[str, Any] = {} if noise is None else {
@@ -411,7 +371,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
         "e_alternatives": {n: noise.e_alternative(n) for n in noise.log_alt}, "impossible": list(noise.impossible)}
     return GenSequentialResult(
         verdict, reason, trials, pairs, alpha, e_violation(), comps, ea,
-        "assumed" if design is not None else "none", cap, p0, correct / half, time.perf_counter() - t0,
+        "assumed" if design is not None else "none", cap, p0, main.correct / half, time.perf_counter() - t0,
         prompts=trials, pass_level=1.0 - min_detection, arms=arms, history=history[-200:], notes=notes,
         design=None if design is None else design_summary(design),
         laws={a.name: {t: list(v) for t, v in a.law.items()} for a in alts},

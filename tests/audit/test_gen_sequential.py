@@ -254,14 +254,16 @@ def test_no_black_box_pass_for_a_target_the_design_model_does_not_describe():
 
 
 def test_a_refuted_design_model_without_a_coming_violation_stops_early():
-    """esa at a tenth of its noise, black-box, 4 partitions: the design-model check refutes it (its law is
-    not the claim's), so no pass can follow, and one vote of 4 gives the violation bets little to see: it
-    ran to the cap of 2000 trials in 100 of 100 audits. It now stops, inconclusive, once it has drawn as
-    many pairs again as when refuted (and min_pairs more) with the violation e-value below 1 -- an
-    optional stop, so the violation test keeps its level; a correct target's verdicts are unchanged."""
+    """A release the design model does not describe (y1 with 0.75 with and without the canary: refuted,
+    so no pass can follow) and that lies well inside every DP inequality: it ran to the cap of 2000
+    trials. It now stops, inconclusive, once it has drawn as many pairs again as when refuted (and
+    min_pairs more) with the violation e-value below 1 and the observed shares more than a standard
+    error inside each inequality (pair_bets.PairBets.may_exceed_ratio) -- an optional stop, so the
+    violation test keeps its level; a correct target's verdicts are unchanged. (esa at a tenth of its
+    noise stopped here too until its rare y1 release was bet on: test_pair_bets.)"""
     d = _design("esa")
-    res = _audits(DesignModelTarget(d, "noise_tenth"), d, cap=2000, runs=100)
-    assert all(r.verdict == "inconclusive" and r.trials < 400 for r in res), verdict_counts(res)
+    res = _audits(FixedRates(0.75, 0.75), d, cap=2000, runs=100)
+    assert all(r.verdict == "inconclusive" and r.trials < 1000 for r in res), verdict_counts(res)
     assert all("no pass possible: the design model was refuted" in r.reason for r in res)
     ok = _audits(DesignModelTarget(d), d, cap=2000, runs=100)
     assert verdict_counts(ok).get("pass", 0) >= 90 and not verdict_counts(ok).get("violation")

@@ -1,0 +1,152 @@
+"""The black-box violation bets of a paired generation audit (``app.audit.gen_sequential``).
+
+Each pair is one release with the canary (C1) and one without (C0), independent given the contexts;
+r_in, r_out in {0, 1} say whether each released y1. Under (epsilon, delta)-DP every event E of the
+release obeys P(E | in) <= e^eps P(E | out) + delta and the same with in and out swapped
+(Dwork & Roth 2014, Def. 2.4; the hypothesis-testing form TPR <= e^eps FPR + delta of Kairouz, Oh &
+Viswanath 2015, Thm 2.1, the region every tight-auditing bound is read from). With two events,
+y1 and y0 = not y1, that is four inequalities, each a bound on the mean of a pair statistic in [0, 1]:
+
+    y1, in over out   Y = (r_in e^-eps + 1 - r_out) / (e^-eps + 1)      ("ratio_y1_in")
+    y0, out over in   Y = ((1 - r_out) e^-eps + r_in) / (e^-eps + 1)    ("ratio_y0_out")
+    y1, out over in   Y = (r_out e^-eps + 1 - r_in) / (e^-eps + 1)      ("ratio_y1_out")
+    y0, in over out   Y = ((1 - r_in) e^-eps + r_out) / (e^-eps + 1)    ("ratio_y0_in")
+
+each with E[Y] <= p0 = (e^eps + delta) / (1 + e^eps) (multiply out: E[Y] (1 + e^eps) = P(E | a) +
+e^eps (1 - P(E | b)) <= e^eps P(E | b) + delta + e^eps - e^eps P(E | b)). The pair accuracy of the
+guess "y1 released: canary in" is the average of the first two, its mirror's the average of the last
+two (``eprocess.max_pair_accuracy``: the symmetric point). The averages are the strongest tests where
+both inequalities are near their limits; a release that is *rare* on both contexts (esa on 4
+partitions at a tenth of its noise, claim 2: y1 with probability 0.082 with the canary and 0.0026
+without) exceeds one inequality (0.082 > e^2 x 0.0026) while the other has slack of ~6, so the
+average never leaves its null: only the single-inequality bet sees it. Against that release the
+bet on "ratio_y1_in" grows at 0.0043 nats per pair, the KL divergence of the release from the
+nearest (epsilon, delta)-DP pair law (computed numerically: no test does better on these bits), so
+~700 pairs at weight 1 (claim 2); at claim 1 (0.228 / 0.068) 0.00135, ~2200 pairs.
+
+"Both right" r_in (1 - r_out) has mean <= p0^2 (``eprocess.max_both_right``), the strongest test
+against a release the canary decides (ln(1/p0^2) per pair, the most any test can gain).
+
+The violation e-value is a fixed-weight average of all eight bettors (``WEIGHTS``; a fixed-weight
+average of test supermartingales on one filtration is one, so Ville's inequality bounds the chance
+that it ever crosses 1/alpha by alpha): the guess "y1: canary in" weighs 0.8 (its two pair
+statistics 0.25 each, its two inequalities 0.2 and 0.1), its mirror 0.2 (a release that separates the
+contexts the other way round is as much a violation: esa's greedy full_context on SmolLM2 does that).
+The single-inequality bettors start at fraction 0 (their best fraction is anywhere in [0, 1]: 0.16
+and 0.75 of the most for the two esa cases above) and learn it (``eprocess.OnsGridMix``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from app.audit.eprocess import BettingEProcess, OnsGridMix
+from app.audit.sequential import FIRST_BET
+
+# name -> weight in the violation mixture (sum 1)
+WEIGHTS = {"accuracy": 0.25, "both_right": 0.25, "ratio_y1_in": 0.2, "ratio_y0_out": 0.1,
+           "accuracy_mirrored": 0.075, "both_right_mirrored": 0.075, "ratio_y1_out": 0.025, "ratio_y0_in": 0.025}
+RATIOS = {"ratio_y1_in": ("y1", "with", "without"), "ratio_y0_out": ("y0", "without", "with"),
+          "ratio_y1_out": ("y1", "without", "with"), "ratio_y0_in": ("y0", "with", "without")}
+
+
+def ratio_statistics(r_in: float, r_out: float, epsilon: float) -> dict[str, float]:
+    """The four single-inequality pair statistics (module docstring), each with mean <= p0 under DP."""
+    k = math.exp(-epsilon) if epsilon < 700 else 0.0
+    n = 1.0 + k
+    return {"ratio_y1_in": (r_in * k + 1.0 - r_out) / n, "ratio_y0_out": ((1.0 - r_out) * k + r_in) / n,
+            "ratio_y1_out": (r_out * k + 1.0 - r_in) / n, "ratio_y0_in": ((1.0 - r_in) * k + r_out) / n}
+
+
+class PairBets:
+    """The black-box violation bets of one design arm (module docstring), with the counts they saw."""
+
+    def __init__(self, epsilon: float, p0: float, c2: float) -> None:
+        self.epsilon, self.p0, self.c2 = epsilon, p0, c2
+        self.procs: dict[str, Any] = {n: BettingEProcess(+1, FIRST_BET) for n in
+                                      ("accuracy", "both_right", "accuracy_mirrored", "both_right_mirrored")}
+        self.procs.update({n: OnsGridMix(+1) for n in RATIOS})
+        self.pairs = 0
+        self.both_right = 0.0
+        self.correct = 0.0  # the running sum of the pair accuracy
+        self.seen = {True: 0, False: 0}  # releases of y1 with / without the canary
+
+    def update(self, rel: dict[bool, float]) -> float:
+        """One pair's releases (1.0: y1), with and without the canary; its pair accuracy."""
+        r_in, r_out = rel[True], rel[False]
+        x = 0.5 * (r_in + 1.0 - r_out)
+        h = r_in * (1.0 - r_out)
+        p = self.procs
+        p["accuracy"].update(x, self.p0)
+        p["both_right"].update(h, self.c2)
+        p["accuracy_mirrored"].update(1.0 - x, self.p0)
+        p["both_right_mirrored"].update((1.0 - r_in) * r_out, self.c2)
+        for name, y in ratio_statistics(r_in, r_out, self.epsilon).items():
+            p[name].update(y, self.p0)
+        self.pairs += 1
+        self.both_right += h
+        self.correct += x
+        self.seen[True] += int(r_in)
+        self.seen[False] += int(r_out)
+        return x
+
+    def draw_pair(self, target: Any, c1: Any, c0: Any, attack: Any, y1: str, rng: np.random.Generator) -> None:
+        rel: dict[bool, float] = {}
+        for member in ((True, False) if rng.random() < 0.5 else (False, True)):
+            rel[member] = float(target.observe(c1 if member else c0, attack, rng).label == y1)
+        self.update(rel)
+
+    def components(self) -> dict[str, float]:
+        return {n: p.e for n, p in self.procs.items()}
+
+    @property
+    def e(self) -> float:
+        return sum(WEIGHTS[n] * p.e for n, p in self.procs.items())
+
+    def strongest(self) -> str:
+        """The bettor that carries most of the mixture now."""
+        return max(self.procs, key=lambda n: WEIGHTS[n] * self.procs[n].e)
+
+    def may_exceed_ratio(self, delta: float, z: float = 1.0) -> bool:
+        """Whether the observed shares exceed one of the four inequalities, or fall short of it by less
+        than ``z`` standard errors (a violation may come): the futility rule's test, not evidence (an
+        optional stop keeps every level)."""
+        if not self.pairs:
+            return True
+        n = self.pairs
+        share = {("y1", "with"): self.seen[True] / n, ("y1", "without"): self.seen[False] / n}
+        share[("y0", "with")], share[("y0", "without")] = 1.0 - share[("y1", "with")], 1.0 - share[("y1", "without")]
+        k = math.exp(min(self.epsilon, 700.0))
+        for event, a, b in RATIOS.values():
+            pa, pb = share[(event, a)], share[(event, b)]
+            se = math.sqrt((pa * (1.0 - pa) + k * k * pb * (1.0 - pb)) / n)
+            if pa - k * pb - delta > -z * se:
+                return True
+        return False
+
+    def why(self, delta: float) -> str:
+        """The verdict's reason, from the bettor that carries the mixture."""
+        n, pairs = self.strongest(), max(1, self.pairs)
+        if n in RATIOS:
+            event, a, b = RATIOS[n]
+            count = {("y1", "with"): self.seen[True], ("y1", "without"): self.seen[False],
+                     ("y0", "with"): self.pairs - self.seen[True], ("y0", "without"): self.pairs - self.seen[False]}
+            pa, pb = count[(event, a)] / pairs, count[(event, b)] / pairs
+            return (f"{event} was released in {pa:.3g} of {self.pairs} answers {a} the canary and {pb:.3g} {b} it, "
+                    f"where (epsilon, delta)-DP allows at most e^eps x {pb:.3g} + delta = "
+                    f"{min(1.0, math.exp(min(self.epsilon, 700.0)) * pb + delta):.3g}")
+        if n.startswith("both_right"):
+            return (f"'both right' rate {self.both_right / pairs:.3g} of the guess 'y1 released: canary in' "
+                    f"against the claim's most {self.c2:.3g}" if n == "both_right" else
+                    f"the guess 'y0 released: canary in' was right on both answers of a pair more often than the "
+                    f"claim's most {self.c2:.3g} (the release separates the contexts the other way round)")
+        if n == "accuracy_mirrored":
+            return (f"pair accuracy of the guess 'y0 released: canary in' {1.0 - self.correct / pairs:.3g} against the "
+                    f"claim's most {self.p0:.3g} (the release separates the contexts the other way round)")
+        return f"pair accuracy of the guess 'y1 released' {self.correct / pairs:.3g} against the claim's most {self.p0:.3g}"
+
+
+__all__ = ["PairBets", "RATIOS", "WEIGHTS", "ratio_statistics"]
