@@ -47,6 +47,7 @@ from .chunking import ForwardStats, plan_chunks, right_padded
 from .cuda_graphs import GraphForward, GraphOptions
 from .decode import DecodeSession, generate_from
 from .encode import encode_plain_many
+from .segments import DEFAULT_PIECES, SegmentEncoder, separable
 from .errors import CapabilityError
 from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
 from .scheduler import BatchScheduler, SchedulerOptions
@@ -95,6 +96,12 @@ class HFLanguageModel:
             pass_cost = cpu_pass_cost_tokens(model) if self.device.type == "cpu" else 0
         self.pass_cost_tokens: int = max(0, pass_cost)
         self.prefix_cache = PrefixCache(int(opts.get("prefix_cache_tokens", 2048)))
+        # Prompts tokenized from remembered pieces (exemplars, instruction) where that is exact for this
+        # tokenizer (segments.py); None: whole texts, as before. Option token_cache: false turns it off.
+        self.segments: SegmentEncoder | None = None
+        if bool(opts.get("token_cache", True)) and separable(getattr(tokenizer, "_tokenizer", None)):
+            self.segments = SegmentEncoder(lambda texts: encode_plain_many(self.tokenizer, texts),
+                                           int(opts.get("token_cache_pieces", DEFAULT_PIECES)))
         # Continuations of one token each (single-token labels) scored from one next-token pass per
         # prompt instead of a second pass over every (prompt, label) pair (passes.py). The same quantity;
         # float32 rounding differs from the two-stage path by up to ~2e-5, as much as the two-stage path
@@ -187,6 +194,8 @@ class HFLanguageModel:
         if not texts:
             return []
         with self._tok_lock:
+            if self.segments is not None:
+                return self.segments.encode_many(texts, current_tenant())
             return encode_plain_many(self.tokenizer, texts)
 
     def _with_bos(self, ids: list[int]) -> list[int]:

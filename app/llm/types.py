@@ -36,7 +36,9 @@ class ModelSpec:
       ``prefix_reuse`` (bool, default True), ``shared_prefix_pass`` ("auto" | "always" |
       "cached": a batch's uncached common prefix in a pass of its own; auto = always on
       CPU, cached on CUDA), ``prefix_cache_tokens`` (int, LRU
-      budget in tokens, default 4096), ``min_prefix_tokens`` (int, default 8),
+      budget in tokens, default 2048), ``min_prefix_tokens`` (int, default 8), ``token_cache`` (bool,
+      default True: prompts tokenized from remembered pieces where exact; app/llm/segments.py),
+      ``token_cache_pieces`` (int, default 4096),
       ``max_batch_tokens`` (int, default 8192 on CPU, from free memory on CUDA
       (app/llm/budget.py): rows x sequence length per forward pass, KV included), ``num_threads`` (int: ``torch.set_num_threads``),
       ``revision`` (hub revision), ``gguf_file`` (file name inside a folder
