@@ -85,7 +85,7 @@ from app.audit.power import DEFAULT_MIN_DETECTION
 from app.audit.sequential import (DEFAULT_BATCH_PAIRS, DEFAULT_CAP, FIRST_BET, PROBE_MAX_PAIRS, PROBE_MIN_PAIRS,
                                   PROBE_WEIGHT, BettingEProcess, Progress, SequentialResult, pass_threshold)
 from app.audit.eprocess import NoiseEvidence, OnsGridMix, max_both_right, max_pair_accuracy, toward
-from app.audit.pair_bets import PairBets
+from app.audit.pair_bets import PairBets, design_weights
 
 # A black-box pass rests on the design model; the check it waits for (MODEL_CHECK_DELTA, Z_BLOCK, the
 # pairs a test of the claimed law needs) is app.audit.gen_model_check's, shared with the fixed verdict.
@@ -231,7 +231,9 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     # violation: app.audit.pair_bets (pair accuracy <= p0, "both right" <= p0^2 of the guess "y1: canary
     # in" and of its mirror, and the four single-event inequalities P(E | a) <= e^eps P(E | b) + delta)
     c2 = max_both_right(claimed_epsilon, delta)
-    main = PairBets(claimed_epsilon, p0, c2)
+    laws = [] if design is None else [alternative_release(design, a, t) for a in alternatives
+                                      for t in alternative_ties(a)]
+    main = PairBets(claimed_epsilon, p0, c2, design_weights(laws, claimed_epsilon, p0, c2))
     pr = PairBets(claimed_epsilon, p0, c2) if probe is not None else None  # the one-unit probe's own bets
     w_probe = PROBE_WEIGHT if pr is not None else 0.0
     probing = pr is not None

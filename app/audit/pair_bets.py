@@ -32,6 +32,13 @@ average of test supermartingales on one filtration is one, so Ville's inequality
 that it ever crosses 1/alpha by alpha): the guess "y1: canary in" weighs 0.8 (its two pair
 statistics 0.25 each, its two inequalities 0.2 and 0.1), its mirror 0.2 (a release that separates the
 contexts the other way round is as much a violation: esa's greedy full_context on SmolLM2 does that).
+Where the auditor has a design model of the target (``gen_power``), ``design_weights`` moves half of
+the weight onto the single inequalities that some required alternative exceeds while neither pair
+statistic's mean leaves its null under it (esa on 4 partitions at a tenth of its noise: "ratio_y1_in"
+then weighs 0.6), because there that bet is the only one that can grow, at a rate of ~0.001-0.004 nats
+per pair, and its weight costs ln(1/w) nats: ~800 pairs at claim 1. The weights depend on the design and
+the claim only, fixed before the first trial, so the average stays a test supermartingale for ANY
+target; what the design model buys is speed, never validity.
 The single-inequality bettors start at fraction 0 (their best fraction is anywhere in [0, 1]: 0.16
 and 0.75 of the most for the two esa cases above) and learn it (``eprocess.OnsGridMix``).
 """
@@ -61,11 +68,41 @@ def ratio_statistics(r_in: float, r_out: float, epsilon: float) -> dict[str, flo
             "ratio_y1_out": (r_out * k + 1.0 - r_in) / n, "ratio_y0_in": ((1.0 - r_in) * k + r_out) / n}
 
 
-class PairBets:
-    """The black-box violation bets of one design arm (module docstring), with the counts they saw."""
+def ratio_means(p_in: float, p_out: float, epsilon: float) -> dict[str, float]:
+    """E[statistic] of each single inequality for independent releases y1 ~ B(p_in), B(p_out)."""
+    out = {n: 0.0 for n in RATIOS}
+    for r_in, w_in in ((1.0, p_in), (0.0, 1.0 - p_in)):
+        for r_out, w_out in ((1.0, p_out), (0.0, 1.0 - p_out)):
+            for n, y in ratio_statistics(r_in, r_out, epsilon).items():
+                out[n] += w_in * w_out * y
+    return out
 
-    def __init__(self, epsilon: float, p0: float, c2: float) -> None:
+
+def design_weights(laws: list[tuple[float, float]], epsilon: float, p0: float, c2: float) -> dict[str, float]:
+    """``WEIGHTS``, with half moved onto the single inequalities that one of ``laws`` (P(y1 | in),
+    P(y1 | out) of each required alternative under the design model) exceeds while its pair accuracy
+    and "both right" stay within their bounds (module docstring). ``WEIGHTS`` where none does."""
+    boost: set[str] = set()
+    for p_in, p_out in laws:
+        acc = 0.5 * (p_in + 1.0 - p_out)
+        if max(acc, 1.0 - acc) > p0 or max(p_in * (1.0 - p_out), (1.0 - p_in) * p_out) > c2:
+            continue  # a pair statistic sees it
+        boost |= {n for n, m in ratio_means(p_in, p_out, epsilon).items() if m > p0}
+    if not boost:
+        return dict(WEIGHTS)
+    return {n: 0.5 * w + (0.5 / len(boost) if n in boost else 0.0) for n, w in WEIGHTS.items()}
+
+
+class PairBets:
+    """The black-box violation bets of one design arm (module docstring), with the counts they saw.
+    ``weights``: ``WEIGHTS`` or ``design_weights`` (summing to 1)."""
+
+    def __init__(self, epsilon: float, p0: float, c2: float, weights: dict[str, float] | None = None) -> None:
         self.epsilon, self.p0, self.c2 = epsilon, p0, c2
+        self.weights = dict(WEIGHTS if weights is None else weights)
+        if set(self.weights) != set(WEIGHTS) or abs(sum(self.weights.values()) - 1.0) > 1e-9 or min(
+                self.weights.values()) < 0.0:
+            raise ValueError("the violation bets' weights cover every bettor, are >= 0 and sum to 1")
         self.procs: dict[str, Any] = {n: BettingEProcess(+1, FIRST_BET) for n in
                                       ("accuracy", "both_right", "accuracy_mirrored", "both_right_mirrored")}
         self.procs.update({n: OnsGridMix(+1) for n in RATIOS})
@@ -104,11 +141,11 @@ class PairBets:
 
     @property
     def e(self) -> float:
-        return sum(WEIGHTS[n] * p.e for n, p in self.procs.items())
+        return sum(self.weights[n] * p.e for n, p in self.procs.items())
 
     def strongest(self) -> str:
         """The bettor that carries most of the mixture now."""
-        return max(self.procs, key=lambda n: WEIGHTS[n] * self.procs[n].e)
+        return max(self.procs, key=lambda n: self.weights[n] * self.procs[n].e)
 
     def may_exceed_ratio(self, delta: float, z: float = 1.0) -> bool:
         """Whether the observed shares exceed one of the four inequalities, or fall short of it by less
@@ -149,4 +186,4 @@ class PairBets:
         return f"pair accuracy of the guess 'y1 released' {self.correct / pairs:.3g} against the claim's most {self.p0:.3g}"
 
 
-__all__ = ["PairBets", "RATIOS", "WEIGHTS", "ratio_statistics"]
+__all__ = ["PairBets", "RATIOS", "WEIGHTS", "design_weights", "ratio_means", "ratio_statistics"]

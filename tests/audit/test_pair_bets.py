@@ -90,8 +90,9 @@ def test_a_release_on_a_ratio_boundary_is_no_violation_beyond_level():
 
 def test_esa_at_a_tenth_of_its_noise_is_a_black_box_violation():
     """The issue-28 gap: black-box esa on 4 partitions at a tenth of its noise (design-model target,
-    claim 2, the job's "auto" cap of 10,000 trials) was inconclusive in every audit. 40 audits at this
-    change: 38 violations; the bound asks >= 85 of 100 (3 sd below 0.95)."""
+    claim 2, the job's "auto" cap of 10,000 trials) was inconclusive in every audit; the benchmark
+    (bench_gen_sequential.py, other seeds) finds 95 of 100 violations: the bound asks >= 85 of 100
+    (3 binomial sd below 0.95)."""
     d = _design("esa", 2.0)
     res = [run_gen_sequential(DesignModelTarget(d, "noise_tenth"), EX, ATTACK, claimed_epsilon=2.0, delta=1e-5,
                               design=d, alternatives=REQUIRED, alpha=ALPHA, cap=10_000, rng=np.random.default_rng(s))
@@ -101,3 +102,24 @@ def test_esa_at_a_tenth_of_its_noise_is_a_black_box_violation():
     v = next(r for r in res if r.verdict == "violation")
     assert "y1 was released in" in v.reason and "allows at most" in v.reason, v.reason
     assert v.e_components["ratio_y1_in"] > v.e_components["accuracy"]
+
+
+def test_design_weights_move_half_onto_the_inequality_only_it_can_see():
+    """esa 4 x 2: noise_tenth exceeds ratio_y1_in only, so it gets half the weight (0.6); on the one-unit
+    token designs every required alternative moves a pair statistic: the default weights."""
+    from app.audit.eprocess import max_both_right
+    from app.audit.gen_power import alternative_ties
+    from app.audit.pair_bets import design_weights
+
+    for eps in (1.0, 2.0):
+        p0, c2 = max_pair_accuracy(eps, 1e-5), max_both_right(eps, 1e-5)
+        for mech, boosted in (("esa", {"ratio_y1_in"}), ("clip_softmax", set()), ("mozo", set())):
+            d = _design(mech, eps)
+            laws = [alternative_release(d, a, t) for a in REQUIRED for t in alternative_ties(a)]
+            w = design_weights(laws, eps, p0, c2)
+            assert math.isclose(sum(w.values()), 1.0) and min(w.values()) > 0.0
+            assert {n for n in RATIOS if w[n] > WEIGHTS[n]} == boosted, (mech, eps, w)
+            if boosted:
+                assert math.isclose(w["ratio_y1_in"], 0.5 * WEIGHTS["ratio_y1_in"] + 0.5)
+    with pytest.raises(ValueError):
+        PairBets(1.0, 0.7, 0.5, {**WEIGHTS, "accuracy": 0.5})
