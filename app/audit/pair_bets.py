@@ -3,8 +3,9 @@
 Each pair is one release with the canary (C1) and one without (C0), independent given the contexts;
 r_in, r_out in {0, 1} say whether each released y1. Under (epsilon, delta)-DP every event E of the
 release obeys P(E | in) <= e^eps P(E | out) + delta and the same with in and out swapped
-(Dwork & Roth 2014, Def. 2.4; the hypothesis-testing form TPR <= e^eps FPR + delta of Kairouz, Oh &
-Viswanath 2015, Thm 2.1, the region every tight-auditing bound is read from). With two events,
+(Dwork & Roth 2014, Def. 2.4; tight-auditing Section 2 writes it on C1 / C0, and its empirical loss
+eps_emp = log(TPR / FPR) is this inequality read off counts; its Lemma 3.1 shows that loss peaking where
+TPR and FPR are small, the rare release below). With two events,
 y1 and y0 = not y1, that is four inequalities, each a bound on the mean of a pair statistic in [0, 1]:
 
     y1, in over out   Y = (r_in e^-eps + 1 - r_out) / (e^-eps + 1)      ("ratio_y1_in")
