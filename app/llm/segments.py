@@ -10,7 +10,7 @@ hits, as for the prefix cache).
 
 **Exact, not approximate.** For a byte-level BPE whose only pre-tokenizer is GPT-2's regex (the
 ``ByteLevel`` pre-tokenizer with ``use_regex`` and no prefix space; no normalizer; no added token
-holding whitespace; SmolLM2's tokenizer), the ids of ``x + "\\n\\n" + y`` are the ids of ``x``
+holding whitespace or stripping it; SmolLM2's tokenizer), the ids of ``x + "\\n\\n" + y`` are the ids of ``x``
 followed by those of ``"\\n\\n" + y`` whenever ``x`` ends and ``y`` starts with a non-whitespace
 character: BPE merges act within pre-tokens (Sennrich et al. 2016 as implemented by GPT-2 and HF
 tokenizers), and the regex ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``
@@ -50,7 +50,11 @@ def separable(backend: Any) -> bool:
         return False
     if not pre.get("use_regex", True) or pre.get("add_prefix_space", False):
         return False
-    return not any(any(c.isspace() for c in str(t.get("content", ""))) for t in state.get("added_tokens") or [])
+    # An added token is matched on the whole text before pre-tokenizing: none may hold whitespace, nor
+    # strip it from its neighbours (lstrip / rstrip would eat the blank line of a junction) or look at
+    # them (single_word).
+    return not any(any(c.isspace() for c in str(t.get("content", ""))) or t.get("lstrip") or t.get("rstrip")
+                   or t.get("single_word") for t in state.get("added_tokens") or [])
 
 
 def pieces(text: str) -> list[str]:

@@ -28,9 +28,12 @@ def _ids(backend: Tokenizer, texts):
 def _variant(backend: Tokenizer, **changes) -> Tokenizer:
     state = json.loads(backend.to_str())
     for key, value in changes.items():
-        if key == "added":
-            state["added_tokens"].append({"id": len(state["model"]["vocab"]) + 7, "content": value, "single_word": False,
-                                          "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+        if key in ("added", "rstrip", "lstrip", "single_word"):
+            token = {"id": len(state["model"]["vocab"]) + 7, "content": value if key == "added" else "<|x|>",
+                     "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+            if key != "added":
+                token[key] = True
+            state["added_tokens"].append(token)
         else:
             state[key] = value
     return Tokenizer.from_str(json.dumps(state))
@@ -45,6 +48,9 @@ def test_the_bundled_tokenizer_is_separable_and_other_configurations_are_refused
     assert not separable(_variant(backend, pre_tokenizer={"type": "Whitespace"}))
     assert not separable(_variant(backend, normalizer={"type": "NFKC"}))
     assert not separable(_variant(backend, added="\n\nInput"))
+    assert separable(_variant(backend, added="<|x|>"))  # a plain added token is fine
+    for flag in ("rstrip", "lstrip", "single_word"):  # one that strips or looks at its neighbours is not
+        assert not separable(_variant(backend, **{flag: True}))
     assert not separable(None) and not separable(object())
 
 
