@@ -302,7 +302,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
             # no black-box pass can follow a refuted design model: go on for a violation only while its
             # e-value says one may come (>= 1), once the audit has drawn as many pairs again as when it was
             # refuted and at least min_pairs more; any stopping time keeps the violation test's level (Ville)
-            # (or while the observed shares exceed one of the DP inequalities or lie within a standard error
+            # (or while the observed shares exceed one of the DP inequalities or lie within FUTILITY_Z standard errors
             # of it: a rare release's bet grows slowly, app.audit.pair_bets)
             refuted_at = refuted_at or pairs
             if pairs >= refuted_at + max(refuted_at, min_pairs) and ev < 1.0 and not main.may_exceed_ratio(delta):

@@ -257,8 +257,8 @@ def test_a_refuted_design_model_without_a_coming_violation_stops_early():
     """A release the design model does not describe (y1 with 0.75 with and without the canary: refuted,
     so no pass can follow) and that lies well inside every DP inequality: it ran to the cap of 2000
     trials. It now stops, inconclusive, once it has drawn as many pairs again as when refuted (and
-    min_pairs more) with the violation e-value below 1 and the observed shares more than a standard
-    error inside each inequality (pair_bets.PairBets.may_exceed_ratio) -- an optional stop, so the
+    min_pairs more) with the violation e-value below 1 and the observed shares more than FUTILITY_Z (3)
+    standard errors inside each inequality (pair_bets.PairBets.may_exceed_ratio) -- an optional stop, so the
     violation test keeps its level; a correct target's verdicts are unchanged. (esa at a tenth of its
     noise stopped here too until its rare y1 release was bet on: test_pair_bets.)"""
     d = _design("esa")
