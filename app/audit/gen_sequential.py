@@ -338,6 +338,10 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
                   + f"e-value against the claim {e_violation():.3g} < {threshold:g}, and "
                   + (", ".join(f"{n} e={ea.get(n, 0.0):.3g}" for n in open_) or "no alternative")
                   + f" not rejected (at {pass_at:g}): not a pass" + ("" if design is not None or not no_model else f" ({no_model})"))
+    over = main.exceeded(delta) if verdict == "inconclusive" else None
+    if over is not None:  # point estimates: what a larger cap may turn into evidence (app.audit.pair_bets)
+        notes.append(f"not evidence yet: {over}; where such a release is rare on both contexts its bet grows "
+                     "slowly (thousands of answers), so a larger trials cap may reach a violation")
     if check is not None and check.refuted:
         notes.append(f"design model refuted: the shares of y1 with / without the canary ({seen[True] / max(1, pairs):.2f} / "
                      f"{seen[False] / max(1, pairs):.2f}) are not the claimed law's ({check.law[0]:.2f} / "

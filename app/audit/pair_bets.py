@@ -170,6 +170,21 @@ class PairBets:
                 return True
         return False
 
+    def exceeded(self, delta: float) -> str | None:
+        """The first inequality the observed shares exceed, in words (point estimates, not evidence: the
+        note an inconclusive audit carries, that a larger cap may decide), or None."""
+        if not self.pairs:
+            return None
+        n, k = self.pairs, math.exp(min(self.epsilon, 700.0))
+        share = {("y1", "with"): self.seen[True] / n, ("y1", "without"): self.seen[False] / n}
+        share[("y0", "with")], share[("y0", "without")] = 1.0 - share[("y1", "with")], 1.0 - share[("y1", "without")]
+        for event, a, b in RATIOS.values():
+            pa, pb = share[(event, a)], share[(event, b)]
+            if pa > k * pb + delta:
+                return (f"{event} was released in {pa:.3g} of {n} answers {a} the canary and {pb:.3g} {b} it, above "
+                        f"the e^eps x {pb:.3g} + delta = {min(1.0, k * pb + delta):.3g} that (epsilon, delta)-DP allows")
+        return None
+
     def why(self, delta: float) -> str:
         """The verdict's reason, from the bettor that carries the mixture."""
         n, pairs = self.strongest(), max(1, self.pairs)

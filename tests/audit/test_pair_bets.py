@@ -123,3 +123,20 @@ def test_design_weights_move_half_onto_the_inequality_only_it_can_see():
                 assert math.isclose(w["ratio_y1_in"], 0.5 * WEIGHTS["ratio_y1_in"] + 0.5)
     with pytest.raises(ValueError):
         PairBets(1.0, 0.7, 0.5, {**WEIGHTS, "accuracy": 0.5})
+
+
+def test_an_inconclusive_audit_says_when_the_shares_exceed_an_inequality():
+    """At a cap too small for the bet (2000 trials), esa at a tenth of its noise mostly ends inconclusive;
+    the result then says which inequality its observed shares exceed (as point estimates, not
+    evidence); a correct release's inconclusive audits never carry that note."""
+    d = _design("esa", 2.0)
+    res = [run_gen_sequential(DesignModelTarget(d, "noise_tenth"), EX, ATTACK, claimed_epsilon=2.0, delta=1e-5,
+                              design=d, alternatives=REQUIRED, alpha=ALPHA, cap=400, rng=np.random.default_rng(s))
+           for s in range(20)]
+    inconclusive = [r for r in res if r.verdict == "inconclusive"]
+    assert len(inconclusive) >= 15
+    noted = [r for r in inconclusive if any(n.startswith("not evidence yet: y1 was released") for n in r.notes)]
+    assert len(noted) >= 0.7 * len(inconclusive), [r.notes for r in inconclusive[:2]]
+    ok = [run_gen_sequential(DesignModelTarget(d), EX, ATTACK, claimed_epsilon=2.0, delta=1e-5, design=d,
+                             alternatives=REQUIRED, alpha=ALPHA, cap=40, rng=np.random.default_rng(s)) for s in range(20)]
+    assert not any(n.startswith("not evidence yet") for r in ok for n in r.notes)
