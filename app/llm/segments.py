@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,7 +37,11 @@ from app.lru import LRU
 # A split point: before "\n\n" that follows a non-whitespace character and precedes one.
 _JUNCTION = re.compile(r"(?<=\S)(?=\n\n\S)")
 VERIFY_FIRST, VERIFY_EVERY = 16, 64
-DEFAULT_PIECES = 4096  # remembered pieces per model (~1 KB each)
+DEFAULT_PIECES = 4096  # remembered pieces per model
+# Longer pieces are tokenized every time, never remembered: with ids kept as 4-byte arrays the memo of one
+# model holds at most ~4096 x (4096 characters + ~4 KB of ids), ~35 MB, whatever callers send (a hostile
+# stream of long distinct queries included); a demonstration of the bundled tasks is ~60 characters.
+MAX_PIECE_CHARS = 4096
 
 
 def separable(backend: Any) -> bool:
@@ -78,15 +83,15 @@ class SegmentEncoder:
             return self._encode(texts)
         self.calls += 1
         split = [pieces(t) for t in texts]
-        known: dict[str, list[int]] = {}
+        known: dict[str, Any] = {}
         missing: list[str] = []
         for parts in split:
             for p in parts:
                 if p in known:
                     continue
-                ids = self._lru.get((tenant, p))
+                ids = self._lru.get((tenant, p)) if len(p) <= MAX_PIECE_CHARS else None
                 if ids is None:
-                    known[p] = []  # placeholder: encoded below, once
+                    known[p] = ()  # placeholder: encoded below, once
                     missing.append(p)
                 else:
                     known[p] = ids
@@ -94,9 +99,9 @@ class SegmentEncoder:
         if missing:
             self.misses += len(missing)
             for p, ids in zip(missing, self._encode(missing)):
-                ids = list(ids)
-                known[p] = ids
-                self._lru.put((tenant, p), ids)
+                known[p] = array("i", ids)
+                if len(p) <= MAX_PIECE_CHARS:
+                    self._lru.put((tenant, p), known[p])
         rows = [[i for p in parts for i in known[p]] for parts in split]
         if self.calls <= VERIFY_FIRST or self.calls % VERIFY_EVERY == 0:
             whole = self._encode(texts)
@@ -112,4 +117,5 @@ class SegmentEncoder:
                 "mismatches": self.mismatches, "held": len(self._lru)}
 
 
-__all__ = ["DEFAULT_PIECES", "SegmentEncoder", "VERIFY_EVERY", "VERIFY_FIRST", "pieces", "separable"]
+__all__ = ["DEFAULT_PIECES", "MAX_PIECE_CHARS", "SegmentEncoder", "VERIFY_EVERY", "VERIFY_FIRST", "pieces",
+           "separable"]

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from app.icl import load_bundled
 from app.icl.datasets import bundled_names
 from app.llm.encode import encode_plain_many
-from app.llm.segments import VERIFY_EVERY, VERIFY_FIRST, SegmentEncoder, pieces, separable
+from app.llm.segments import MAX_PIECE_CHARS, VERIFY_EVERY, VERIFY_FIRST, SegmentEncoder, pieces, separable
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +149,15 @@ def test_the_model_tokenizes_through_the_pieces_with_the_same_ids(lm):
     before = lm.segments.calls
     assert lm._encode_many(texts) == encode_plain_many(lm.tokenizer, texts)
     assert lm.segments.calls == before + 1
+
+
+def test_long_pieces_are_tokenized_every_time_and_never_remembered(backend):
+    """The memo's size is bounded whatever callers send: a piece over MAX_PIECE_CHARS is not held."""
+    enc = SegmentEncoder(lambda t: _ids(backend, t), size=8)
+    long_query = "Input: " + "word " * (MAX_PIECE_CHARS // 5) + "end\nLabel:"
+    texts = ["Classify.\n\n" + long_query]
+    assert enc.encode_many(texts, None) == _ids(backend, texts)
+    assert enc.stats()["held"] == 1  # the instruction only
+    for i in range(20):  # distinct pieces beyond the LRU's size: it stays at its size
+        enc.encode_many([f"Classify.\n\nInput: q{i}\nLabel:"], None)
+    assert enc.stats()["held"] == 8
