@@ -117,8 +117,8 @@ class PairBets:
         self.correct = 0.0  # the running sum of the pair accuracy
         self.seen = {True: 0, False: 0}  # releases of y1 with / without the canary
 
-    def update(self, rel: dict[bool, float]) -> float:
-        """One pair's releases (1.0: y1), with and without the canary; its pair accuracy."""
+    def update(self, rel: dict[bool, float]) -> None:
+        """One pair's releases (1.0: y1), with and without the canary."""
         r_in, r_out = rel[True], rel[False]
         x = 0.5 * (r_in + 1.0 - r_out)
         h = r_in * (1.0 - r_out)
@@ -134,7 +134,6 @@ class PairBets:
         self.correct += x
         self.seen[True] += int(r_in)
         self.seen[False] += int(r_out)
-        return x
 
     def draw_pair(self, target: Any, c1: Any, c0: Any, attack: Any, y1: str, rng: np.random.Generator) -> None:
         rel: dict[bool, float] = {}
@@ -153,19 +152,29 @@ class PairBets:
         """The bettor that carries most of the mixture now."""
         return max(self.procs, key=lambda n: self.weights[n] * self.procs[n].e)
 
+    def _shares(self) -> dict[tuple[str, str], float]:
+        """Observed share of each event (y1, y0) with and without the canary."""
+        n = max(1, self.pairs)
+        w, wo = self.seen[True] / n, self.seen[False] / n
+        return {("y1", "with"): w, ("y1", "without"): wo, ("y0", "with"): 1.0 - w, ("y0", "without"): 1.0 - wo}
+
+    def _ratio_words(self, name: str, shares: dict[tuple[str, str], float], delta: float) -> str:
+        event, a, b = RATIOS[name]
+        pa, pb = shares[(event, a)], shares[(event, b)]
+        return (f"{event} was released in {pa:.3g} of {self.pairs} answers {a} the canary and {pb:.3g} {b} it, "
+                f"where (epsilon, delta)-DP allows at most e^eps x {pb:.3g} + delta = "
+                f"{min(1.0, math.exp(min(self.epsilon, 700.0)) * pb + delta):.3g}")
+
     def may_exceed_ratio(self, delta: float, z: float = FUTILITY_Z) -> bool:
         """Whether the observed shares exceed one of the four inequalities, or fall short of it by less
         than ``z`` standard errors (a violation may come): the futility rule's test, not evidence (an
         optional stop keeps every level)."""
         if not self.pairs:
             return True
-        n = self.pairs
-        share = {("y1", "with"): self.seen[True] / n, ("y1", "without"): self.seen[False] / n}
-        share[("y0", "with")], share[("y0", "without")] = 1.0 - share[("y1", "with")], 1.0 - share[("y1", "without")]
-        k = math.exp(min(self.epsilon, 700.0))
+        share, k = self._shares(), math.exp(min(self.epsilon, 700.0))
         for event, a, b in RATIOS.values():
             pa, pb = share[(event, a)], share[(event, b)]
-            se = math.sqrt((pa * (1.0 - pa) + k * k * pb * (1.0 - pb)) / n)
+            se = math.sqrt((pa * (1.0 - pa) + k * k * pb * (1.0 - pb)) / self.pairs)
             if pa - k * pb - delta > -z * se:
                 return True
         return False
@@ -175,27 +184,17 @@ class PairBets:
         note an inconclusive audit carries, that a larger cap may decide), or None."""
         if not self.pairs:
             return None
-        n, k = self.pairs, math.exp(min(self.epsilon, 700.0))
-        share = {("y1", "with"): self.seen[True] / n, ("y1", "without"): self.seen[False] / n}
-        share[("y0", "with")], share[("y0", "without")] = 1.0 - share[("y1", "with")], 1.0 - share[("y1", "without")]
-        for event, a, b in RATIOS.values():
-            pa, pb = share[(event, a)], share[(event, b)]
-            if pa > k * pb + delta:
-                return (f"{event} was released in {pa:.3g} of {n} answers {a} the canary and {pb:.3g} {b} it, above "
-                        f"the e^eps x {pb:.3g} + delta = {min(1.0, k * pb + delta):.3g} that (epsilon, delta)-DP allows")
+        share, k = self._shares(), math.exp(min(self.epsilon, 700.0))
+        for name, (event, a, b) in RATIOS.items():
+            if share[(event, a)] > k * share[(event, b)] + delta:
+                return self._ratio_words(name, share, delta)
         return None
 
     def why(self, delta: float) -> str:
         """The verdict's reason, from the bettor that carries the mixture."""
         n, pairs = self.strongest(), max(1, self.pairs)
         if n in RATIOS:
-            event, a, b = RATIOS[n]
-            count = {("y1", "with"): self.seen[True], ("y1", "without"): self.seen[False],
-                     ("y0", "with"): self.pairs - self.seen[True], ("y0", "without"): self.pairs - self.seen[False]}
-            pa, pb = count[(event, a)] / pairs, count[(event, b)] / pairs
-            return (f"{event} was released in {pa:.3g} of {self.pairs} answers {a} the canary and {pb:.3g} {b} it, "
-                    f"where (epsilon, delta)-DP allows at most e^eps x {pb:.3g} + delta = "
-                    f"{min(1.0, math.exp(min(self.epsilon, 700.0)) * pb + delta):.3g}")
+            return self._ratio_words(n, self._shares(), delta)
         if n.startswith("both_right"):
             return (f"'both right' rate {self.both_right / pairs:.3g} of the guess 'y1 released: canary in' "
                     f"against the claim's most {self.c2:.3g}" if n == "both_right" else

@@ -104,12 +104,12 @@ class SegmentEncoder:
                     self._lru.put((tenant, p), known[p])
         rows = [[i for p in parts for i in known[p]] for parts in split]
         if self.calls <= VERIFY_FIRST or self.calls % VERIFY_EVERY == 0:
-            whole = self._encode(texts)
-            if [list(r) for r in whole] != rows:
+            whole = [list(r) for r in self._encode(texts)]
+            if whole != rows:
                 self.mismatches += 1
                 self.enabled = False
                 self._lru.clear()
-                return [list(r) for r in whole]
+                return whole
         return rows
 
     def stats(self) -> dict[str, int | bool]:
