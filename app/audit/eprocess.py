@@ -206,6 +206,44 @@ def max_both_right(epsilon: float, delta: float) -> float:
     return max_pair_accuracy(epsilon, delta) ** 2
 
 
+def fewest_pairs_to_refute(epsilon: float, delta: float, alpha: float, power: float = 1.0) -> int | None:
+    """The fewest pairs after which ANY level-``alpha`` black-box test (fixed-size or sequential, on any
+    statistic of the releases) can say "violation" with probability ``power`` against a target that
+    releases the canary's outcome with the canary and the other without it on every trial; None when
+    no number of pairs can (p0 = 1: the claim allows that release). The floor every black-box audit
+    of the claim sits on, whatever its design or bettors.
+
+    Why: randomized response between the two outcomes, right with probability p0 =
+    ``max_pair_accuracy`` on each trial independently, satisfies (epsilon, delta)-DP, and gives the
+    sequence the perfect target produces over k pairs probability p0^(2k). A test that rejects with
+    probability phi on that sequence has level >= phi p0^(2k), so phi <= alpha / p0^(2k) (Neyman and
+    Pearson: no other outcome can raise the power against a target that produces only this one):
+    power needs p0^(2k) <= alpha / power, k >= ln(power / alpha) / ln(1 / p0^2). (White-box audits read
+    the noise and assume its law, which this bound does not cover.)"""
+    if not 0.0 < alpha < 1.0 or not 0.0 < power <= 1.0 or not epsilon >= 0.0 or not 0.0 <= delta <= 1.0:
+        raise ValueError("epsilon >= 0, delta in [0, 1], alpha in (0, 1) and power in (0, 1] required")
+    if power <= alpha:
+        return 0
+    # 1 - p0 = (1 - delta) / (1 + e^eps), written so that no exp overflows (it underflows to 0 past eps ~745)
+    wrong = (1.0 - delta) * math.exp(-epsilon) / (1.0 + math.exp(-epsilon))
+    if wrong <= 0.0:
+        return None
+    pairs = math.log(power / alpha) / (-2.0 * math.log1p(-wrong))
+    # a lower bound: where rounding leaves an integer a hair above itself, keep the integer
+    return max(1, math.ceil(pairs * (1.0 - 1e-12)))
+
+
+def black_box_floor(claimed_epsilon: float, delta: float, confidence: float) -> tuple[dict[str, int] | None, str]:
+    """What the planners report of ``fewest_pairs_to_refute`` at an audit's claim and confidence: the
+    floor as pairs and trials (one trial with the canary and one without per pair; None: no finite
+    count), and a note that says what it means."""
+    pairs = fewest_pairs_to_refute(claimed_epsilon, delta, 1.0 - confidence)
+    floor = None if pairs is None else {"pairs": pairs, "trials": 2 * pairs}
+    return floor, ("a black-box violation needs at least " + (f"{2 * pairs} trials ({pairs} pairs)" if pairs is not None
+                   else "more trials than any audit can run") + " at this claim and confidence, whatever the design "
+                   "or the test, even against a target that reveals the canary on every trial (black_box_floor)")
+
+
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.audit.eprocess import black_box_floor
 from app.audit.gen_power import GenerationDesign, gen_design_power, generation_design
 from app.audit.power import DEFAULT_MIN_DETECTION, PowerReport
 
@@ -121,6 +122,8 @@ def plan_generation(mechanism: str, params: Mapping[str, Any], *, exemplars: int
              designs[0].pop("model_note"),
              "a design is proposed only where the verdict's own power report (app.audit.gen_power.gen_design_power) "
              "could say pass"]
+    bb_floor, why = black_box_floor(claimed_epsilon, delta, confidence)
+    notes.append(why)
     for d in designs[1:]:
         d.pop("model_note")
     if mechanism in TOKEN_MECHANISMS:
@@ -137,6 +140,7 @@ def plan_generation(mechanism: str, params: Mapping[str, Any], *, exemplars: int
                      "or coarser alternatives (noise_tenth, no_noise, non_private) or audit a smaller claim"
                      + (f"; each alone (one audit each): {each}" if each else ""))
     return {"claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta, "exemplars": exemplars,
+            "black_box_floor": bb_floor,
             "mechanism": mechanism, "alternatives": list(alternatives), "min_detection": min_detection,
             "signal_distance": distance, "configured": configured, "recommended": best, "designs": designs,
             "notes": notes, **({"each_alternative_alone": alone} if alone else {})}

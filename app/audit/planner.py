@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.audit.conformance import conformance_power
+from app.audit.eprocess import black_box_floor
 from app.audit.noise import VotingNoise
 from app.audit.power import ALTERNATIVES, PowerReport, alternative_noise, claimed_noise, design_power
 
@@ -181,6 +182,8 @@ def plan_audit(noise_for: Callable[[int, int], VotingNoise], *, labels: int, exe
              "a model that does not copy it lowers the real power",
              "a design is proposed only where the verdict's own power report (app.audit.power.design_power) "
              "could say pass: every required alternative detected and the claim below the ceiling"]
+    bb_floor, why = black_box_floor(claimed_epsilon, delta, confidence)
+    notes.append(why)
     if "winner_only" in alternatives and not white_box and floor:
         if labels == 2:
             # a decoy label (no exemplar carries it) is never released by winner-only noise: the release floor
@@ -224,5 +227,6 @@ def plan_audit(noise_for: Callable[[int, int], VotingNoise], *, labels: int, exe
         notes.append("; ".join(advice))
     return {"claimed_epsilon": claimed_epsilon, "confidence": confidence, "delta": delta, "labels": labels,
             "exemplars": exemplars, "alternatives": list(alternatives), "min_detection": min_detection,
+            "black_box_floor": bb_floor,
             "configured": configured.to_dict(), "recommended": None if best is None else best.to_dict(),
             "designs": [d.to_dict() for d in designs], "notes": notes}

@@ -79,6 +79,12 @@ def test_plan_covers_esa_generation_audits(client, embedder):
     assert {k: rep.alternatives[k].detection for k in DEFAULT_GEN_REQUIRED} == c["detection"]
     rec = out["recommended"]
     assert rec is None or (rec["trials"] and all(v >= 0.9 for v in rec["detection"].values()))
+    # the black-box floor: no level-0.05 test says violation in fewer pairs (tests/audit/test_black_box_floor.py)
+    from app.audit.eprocess import fewest_pairs_to_refute
+
+    floor = fewest_pairs_to_refute(out["claimed_epsilon"], out["delta"], 0.05)
+    assert out["black_box_floor"] == {"pairs": floor, "trials": 2 * floor}
+    assert any(f"at least {2 * floor} trials" in n for n in out["notes"]), out["notes"]
     # a mechanism without a privacy claim has no design model: a 422 that says so, naming the field
     bad = client.post("/v1/audits/plan", json={"kind": "canary_mia",
                                                "config": {**cfg, "target": {**ESA, "mechanism": "zero_shot"}}})
