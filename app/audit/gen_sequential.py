@@ -233,7 +233,7 @@ def _run(target: Any, ex: list[tuple[str, str]], attack: Any, rng: np.random.Gen
     c2 = max_both_right(claimed_epsilon, delta)
     laws = [] if design is None else [alternative_release(design, a, t) for a in alternatives
                                       for t in alternative_ties(a)]
-    main = PairBets(claimed_epsilon, p0, c2, design_weights(laws, claimed_epsilon, p0, c2))
+    main = PairBets(claimed_epsilon, p0, c2, design_weights(laws, claimed_epsilon, p0, c2, alpha))
     pr = PairBets(claimed_epsilon, p0, c2) if probe is not None else None  # the one-unit probe's own bets
     w_probe = PROBE_WEIGHT if pr is not None else 0.0
     probing = pr is not None

@@ -34,12 +34,16 @@ that it ever crosses 1/alpha by alpha): the guess "y1: canary in" weighs 0.8 (it
 statistics 0.25 each, its two inequalities 0.2 and 0.1), its mirror 0.2 (a release that separates the
 contexts the other way round is as much a violation: esa's greedy full_context on SmolLM2 does that).
 Where the auditor has a design model of the target (``gen_power``), ``design_weights`` moves half of
-the weight onto the single inequalities that some required alternative exceeds while neither pair
-statistic's mean leaves its null under it (esa on 4 partitions at a tenth of its noise: "ratio_y1_in"
-then weighs 0.6), because there that bet is the only one that can grow, at a rate of ~0.001-0.004 nats
-per pair, and its weight costs ln(1/w) nats: ~800 pairs at claim 1. The weights depend on the design and
-the claim only, fixed before the first trial, so the average stays a test supermartingale for ANY
-target; what the design model buys is speed, never validity.
+the weight onto one bettor: the one that brings the slowest of the required alternatives that violate
+the claim to 1/alpha soonest, by each bettor's best constant-fraction growth per pair against that
+alternative's release (``growth_rates``) and the ln(1/(alpha w)) nats its weight w leaves it to climb.
+esa on 4 partitions at a tenth of its noise exceeds one inequality only, "ratio_y1_in" (~0.003-0.005
+nats per pair: ~800 pairs at claim 1), which then weighs 0.6; the one-token designs' gross alternatives
+win nearly every pair, where "both right" grows fastest (ln(1/p0^2) per pair at most: the black-box
+floor, ``eprocess.fewest_pairs_to_refute``), which then weighs 0.625 (7.3 -> 5.8 pairs to 1/alpha at claim 1,
+18 -> 14 at claim 2). The weights depend on the design, the claim and alpha only, fixed before the
+first trial, so the average stays a test supermartingale for ANY target; what the design model buys
+is speed, never validity.
 The single-inequality bettors start at fraction 0 (their best fraction is anywhere in [0, 1]: 0.16
 and 0.75 of the most for the two esa cases above) and learn it (``eprocess.OnsGridMix``).
 """
@@ -51,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.eprocess import BettingEProcess, OnsGridMix
+from app.audit.eprocess import B_MAX, BettingEProcess, OnsGridMix, payoff
 from app.audit.sequential import FIRST_BET
 
 # name -> weight in the violation mixture (sum 1)
@@ -74,29 +78,55 @@ def ratio_statistics(r_in: float, r_out: float, epsilon: float) -> dict[str, flo
             "ratio_y1_out": (r_out * k + 1.0 - r_in) / n, "ratio_y0_in": ((1.0 - r_in) * k + r_out) / n}
 
 
-def ratio_means(p_in: float, p_out: float, epsilon: float) -> dict[str, float]:
-    """E[statistic] of each single inequality for independent releases y1 ~ B(p_in), B(p_out)."""
-    out = {n: 0.0 for n in RATIOS}
-    for r_in, w_in in ((1.0, p_in), (0.0, 1.0 - p_in)):
-        for r_out, w_out in ((1.0, p_out), (0.0, 1.0 - p_out)):
-            for n, y in ratio_statistics(r_in, r_out, epsilon).items():
-                out[n] += w_in * w_out * y
+def _statistics(r_in: float, r_out: float, epsilon: float) -> dict[str, float]:
+    """Every bettor's pair statistic for one pair's releases (1.0: y1), as ``PairBets.update`` bets on them."""
+    x = 0.5 * (r_in + 1.0 - r_out)
+    return {"accuracy": x, "both_right": r_in * (1.0 - r_out), "accuracy_mirrored": 1.0 - x,
+            "both_right_mirrored": (1.0 - r_in) * r_out, **ratio_statistics(r_in, r_out, epsilon)}
+
+
+_FRACTIONS = np.linspace(0.0, B_MAX, 96)
+
+
+def growth_rates(p_in: float, p_out: float, epsilon: float, p0: float, c2: float) -> dict[str, float]:
+    """Each bettor's best log growth per pair at a constant fraction in [0, B_MAX] (its payoff as
+    ``eprocess.payoff``) against independent releases of y1 with probability ``p_in`` with the canary and
+    ``p_out`` without; 0 where no fraction gains (the release keeps that bettor's null)."""
+    outcomes = [(a, b) for a in (1.0, 0.0) for b in (1.0, 0.0)]
+    prob = np.array([(p_in if a else 1.0 - p_in) * (p_out if b else 1.0 - p_out) for a, b in outcomes])
+    stats = [_statistics(a, b, epsilon) for a, b in outcomes]
+    out = {}
+    for name in WEIGHTS:
+        m = c2 if name.startswith("both_right") else p0
+        u = np.array([payoff(st[name], m, +1) for st in stats])
+        with np.errstate(divide="ignore"):
+            logs = np.log1p(np.outer(_FRACTIONS, u))  # u >= -1, fractions < 1: finite
+        out[name] = max(0.0, float(np.max(logs @ prob)))
     return out
 
 
-def design_weights(laws: list[tuple[float, float]], epsilon: float, p0: float, c2: float) -> dict[str, float]:
-    """``WEIGHTS``, with half moved onto the single inequalities that one of ``laws`` (P(y1 | in),
-    P(y1 | out) of each required alternative under the design model) exceeds while its pair accuracy
-    and "both right" stay within their bounds (module docstring). ``WEIGHTS`` where none does."""
-    boost: set[str] = set()
-    for p_in, p_out in laws:
-        acc = 0.5 * (p_in + 1.0 - p_out)
-        if max(acc, 1.0 - acc) > p0 or max(p_in * (1.0 - p_out), (1.0 - p_in) * p_out) > c2:
-            continue  # a pair statistic sees it
-        boost |= {n for n, m in ratio_means(p_in, p_out, epsilon).items() if m > p0}
-    if not boost:
+def design_weights(laws: list[tuple[float, float]], epsilon: float, p0: float, c2: float,
+                   alpha: float = 0.05) -> dict[str, float]:
+    """``WEIGHTS``, with half of it moved onto the one bettor that minimises the pairs the slowest
+    violating law of ``laws`` (P(y1 | in), P(y1 | out) of each required alternative under the design
+    model) needs to reach 1/alpha, min over bettors of ln(1 / (alpha w)) / growth (module docstring);
+    ``WEIGHTS`` where no law violates the claim or no move shortens that."""
+    rates = [g for g in (growth_rates(p_in, p_out, epsilon, p0, c2) for p_in, p_out in laws)
+             if max(g.values()) > 1e-9]
+    if not rates:
         return dict(WEIGHTS)
-    return {n: 0.5 * w + (0.5 / len(boost) if n in boost else 0.0) for n, w in WEIGHTS.items()}
+
+    def slowest(w: dict[str, float]) -> float:
+        return max(min((math.log(1.0 / (alpha * w[n])) / g[n] for n in w if g[n] > 1e-9 and w[n] > 0),
+                       default=math.inf) for g in rates)
+
+    best, best_pairs = dict(WEIGHTS), slowest(WEIGHTS)
+    for name in WEIGHTS:  # in WEIGHTS' order: a tie keeps the earlier bettor
+        w = {n: 0.5 * v + (0.5 if n == name else 0.0) for n, v in WEIGHTS.items()}
+        pairs = slowest(w)
+        if pairs < best_pairs * (1.0 - 1e-9):
+            best, best_pairs = w, pairs
+    return best
 
 
 class PairBets:
@@ -206,4 +236,4 @@ class PairBets:
         return f"pair accuracy of the guess 'y1 released' {self.correct / pairs:.3g} against the claim's most {self.p0:.3g}"
 
 
-__all__ = ["PairBets", "RATIOS", "WEIGHTS", "design_weights", "ratio_means", "ratio_statistics"]
+__all__ = ["PairBets", "RATIOS", "WEIGHTS", "design_weights", "growth_rates", "ratio_statistics"]

@@ -68,18 +68,20 @@ def test_the_all_right_test_at_the_floor_has_its_level_and_one_pair_less_would_n
 
 
 @pytest.mark.parametrize("eps", [1.0, 2.0])
-def test_no_sequential_violation_comes_before_the_floor_and_a_perfect_release_is_caught_near_it(eps):
+@pytest.mark.parametrize("mech", ["clip_softmax", "esa", None])
+def test_no_sequential_violation_comes_before_the_floor_and_a_perfect_release_is_caught_near_it(eps, mech):
     """The audit is a level-alpha test, so a target that always releases y1 with the canary and y0
     without it can never be called a violation before 2 x floor trials; the audit's bettors reach it
-    within 2x the floor (16 trials against 10 at claim 1, 36 against 24 at claim 2: the weights' and the
-    bettor's learning cost)."""
+    within 2x the floor (the weights' and the bettor's learning cost: at claims 1 / 2, 12 / 30 trials
+    with the one-token design's weights, 18 / 40 with esa's, 16 / 36 without a design model, against
+    a floor of 10 / 24)."""
     floor = fewest_pairs_to_refute(eps, 1e-5, ALPHA)
     assert floor is not None
     trials = []
     for seed in range(3):
         r = run_gen_sequential(FixedRates(1.0, 0.0), EX, ATTACK, claimed_epsilon=eps, delta=1e-5,
-                               design=_design("esa", eps), alternatives=REQUIRED, alpha=ALPHA, cap=400,
-                               rng=np.random.default_rng(seed))
+                               design=None if mech is None else _design(mech, eps), alternatives=REQUIRED,
+                               alpha=ALPHA, cap=400, rng=np.random.default_rng(seed))
         assert r.verdict == "violation"
         trials.append(r.trials)
     assert min(trials) >= 2 * floor

@@ -104,25 +104,43 @@ def test_esa_at_a_tenth_of_its_noise_is_a_black_box_violation():
     assert v.e_components["ratio_y1_in"] > v.e_components["accuracy"]
 
 
-def test_design_weights_move_half_onto_the_inequality_only_it_can_see():
+def test_design_weights_move_half_onto_the_bettor_the_slowest_alternative_needs():
     """esa 4 x 2: noise_tenth exceeds ratio_y1_in only, so it gets half the weight (0.6); on the one-unit
-    token designs every required alternative moves a pair statistic: the default weights."""
+    token designs every required alternative wins nearly every pair, where 'both right' grows fastest:
+    it gets half (0.625). With no design model, or no law that violates the claim: the default weights."""
     from app.audit.eprocess import max_both_right
     from app.audit.gen_power import alternative_ties
     from app.audit.pair_bets import design_weights
 
     for eps in (1.0, 2.0):
         p0, c2 = max_pair_accuracy(eps, 1e-5), max_both_right(eps, 1e-5)
-        for mech, boosted in (("esa", {"ratio_y1_in"}), ("clip_softmax", set()), ("mozo", set())):
+        for mech, boosted in (("esa", "ratio_y1_in"), ("clip_softmax", "both_right"), ("mozo", "both_right")):
             d = _design(mech, eps)
             laws = [alternative_release(d, a, t) for a in REQUIRED for t in alternative_ties(a)]
-            w = design_weights(laws, eps, p0, c2)
+            w = design_weights(laws, eps, p0, c2, ALPHA)
             assert math.isclose(sum(w.values()), 1.0) and min(w.values()) > 0.0
-            assert {n for n in RATIOS if w[n] > WEIGHTS[n]} == boosted, (mech, eps, w)
-            if boosted:
-                assert math.isclose(w["ratio_y1_in"], 0.5 * WEIGHTS["ratio_y1_in"] + 0.5)
+            assert {n for n in WEIGHTS if w[n] > WEIGHTS[n]} == {boosted}, (mech, eps, w)
+            assert math.isclose(w[boosted], 0.5 * WEIGHTS[boosted] + 0.5)
+        assert design_weights([], eps, p0, c2) == WEIGHTS
+        assert design_weights([(0.5, 0.5), (0.6, 0.4)], eps, p0, c2) == WEIGHTS  # inside every claim here
     with pytest.raises(ValueError):
         PairBets(1.0, 0.7, 0.5, {**WEIGHTS, "accuracy": 0.5})
+
+
+def test_growth_rates_match_the_closed_forms_of_a_perfect_release():
+    """A release that is always right: 'both right' at fraction b gains ln(1 + b (1 - c2) / c2) per pair,
+    the pair accuracy ln(1 + b (1 - p0) / p0), at the largest fraction; the mirrored bets lose, so 0."""
+    from app.audit.eprocess import B_MAX, max_both_right
+    from app.audit.pair_bets import growth_rates
+
+    for eps in (0.5, 1.0, 2.0, 4.0):
+        p0, c2 = max_pair_accuracy(eps, 0.0), max_both_right(eps, 0.0)
+        g = growth_rates(1.0, 0.0, eps, p0, c2)
+        assert math.isclose(g["both_right"], math.log1p(B_MAX * (1 - c2) / c2), rel_tol=1e-12)
+        assert math.isclose(g["accuracy"], math.log1p(B_MAX * (1 - p0) / p0), rel_tol=1e-12)
+        assert g["both_right_mirrored"] == 0.0 and g["accuracy_mirrored"] == 0.0
+        # inside the claim nothing grows
+        assert max(growth_rates(p0, 1 - p0, eps, p0, c2).values()) <= 1e-9
 
 
 def test_an_inconclusive_audit_says_when_the_shares_exceed_an_inequality():
