@@ -79,7 +79,8 @@ def ratio_statistics(r_in: float, r_out: float, epsilon: float) -> dict[str, flo
 
 
 def _statistics(r_in: float, r_out: float, epsilon: float) -> dict[str, float]:
-    """Every bettor's pair statistic for one pair's releases (1.0: y1), as ``PairBets.update`` bets on them."""
+    """Every bettor's pair statistic for one pair's releases (1.0: y1): what ``PairBets.update`` bets on
+    (against p0, "both right" against p0^2) and ``growth_rates`` prices."""
     x = 0.5 * (r_in + 1.0 - r_out)
     return {"accuracy": x, "both_right": r_in * (1.0 - r_out), "accuracy_mirrored": 1.0 - x,
             "both_right_mirrored": (1.0 - r_in) * r_out, **ratio_statistics(r_in, r_out, epsilon)}
@@ -99,8 +100,7 @@ def growth_rates(p_in: float, p_out: float, epsilon: float, p0: float, c2: float
     for name in WEIGHTS:
         m = c2 if name.startswith("both_right") else p0
         u = np.array([payoff(st[name], m, +1) for st in stats])
-        with np.errstate(divide="ignore"):
-            logs = np.log1p(np.outer(_FRACTIONS, u))  # u >= -1, fractions < 1: finite
+        logs = np.log1p(np.outer(_FRACTIONS, u))  # u >= -1 and fractions <= B_MAX < 1: finite
         out[name] = max(0.0, float(np.max(logs @ prob)))
     return out
 
@@ -150,18 +150,12 @@ class PairBets:
     def update(self, rel: dict[bool, float]) -> None:
         """One pair's releases (1.0: y1), with and without the canary."""
         r_in, r_out = rel[True], rel[False]
-        x = 0.5 * (r_in + 1.0 - r_out)
-        h = r_in * (1.0 - r_out)
-        p = self.procs
-        p["accuracy"].update(x, self.p0)
-        p["both_right"].update(h, self.c2)
-        p["accuracy_mirrored"].update(1.0 - x, self.p0)
-        p["both_right_mirrored"].update((1.0 - r_in) * r_out, self.c2)
-        for name, y in ratio_statistics(r_in, r_out, self.epsilon).items():
-            p[name].update(y, self.p0)
+        stats = _statistics(r_in, r_out, self.epsilon)
+        for name, y in stats.items():
+            self.procs[name].update(y, self.c2 if name.startswith("both_right") else self.p0)
         self.pairs += 1
-        self.both_right += h
-        self.correct += x
+        self.both_right += stats["both_right"]
+        self.correct += stats["accuracy"]
         self.seen[True] += int(r_in)
         self.seen[False] += int(r_out)
 
