@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import __version__
+from app.budget.combiner import ChargeCombiner
 from app.config import Settings
 from app.cpu_gate import CpuGate
 from app.store import Database
@@ -33,9 +34,11 @@ class Runtime:
     extras: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     planner_gate: CpuGate = field(init=False, repr=False)
+    charges: ChargeCombiner = field(init=False, repr=False)  # the answers' charges, group-committed per account
 
     def __post_init__(self) -> None:
         self.planner_gate = CpuGate("audit planner", self.settings.plan_concurrency, self.settings.plan_queue)
+        self.charges = ChargeCombiner(lambda: self.db.write_session())
 
     @classmethod
     def create(cls, settings: Settings, *, models: dict[str, Any] | None = None) -> "Runtime":

@@ -129,6 +129,8 @@ def scrape(url: str) -> dict[str, float]:
                     "dpicl_model_forward_rows_total", "dpicl_model_padded_tokens_total",
                     "dpicl_model_batch_seconds_sum", "dpicl_model_batch_cpu_seconds_total"):
                 out[s.name] = out.get(s.name, 0.0) + s.value
+            elif s.name in ("dpicl_ledger_charge_transactions_total", "dpicl_ledger_charge_requests_total"):
+                out[s.name] = out.get(s.name, 0.0) + s.value  # group commit: charges per ledger transaction
             elif s.name in ("dpicl_answer_stage_seconds_sum", "dpicl_answer_stage_cpu_seconds_total"):
                 key = f"{s.name}:{s.labels.get('stage')}"  # an answer's read / work / charge (issue 27)
                 out[key] = out.get(key, 0.0) + s.value
@@ -215,6 +217,10 @@ async def run_clients(url: str, ds: str, queries: list[str], partitions: int, sh
             "calls_per_batch": round(d.get("dpicl_model_batch_requests_sum", 0.0) / batches, 2) if batches else None,
             "forward_tokens_per_answer": round(d.get("dpicl_model_forward_tokens_total", 0.0) / answers, 1),
             "forward_calls_per_answer": round(d.get("dpicl_model_forward_calls_total", 0.0) / answers, 1),
+            # answers' charges per ledger transaction (group commit); None from a server without the counters
+            "charges_per_transaction": round(d["dpicl_ledger_charge_requests_total"]
+                                             / d["dpicl_ledger_charge_transactions_total"], 2)
+            if d.get("dpicl_ledger_charge_transactions_total") else None,
             # per answer, each stage's wall ms and the CPU ms of the thread that ran it (wall well above CPU:
             # waiting for a lock, the GIL, a core or the model thread); {} from a server without them
             "stages_ms_per_answer": {
@@ -233,6 +239,7 @@ def _print_row(name: str, r: dict) -> None:
           f"  service {r.get('service_ms_per_answer')} ms/ans"
           f"  server cpu {r.get('server_cpu_ms_per_answer')} ms/ans"
           f"  client cpu {r.get('client_cpu_ms_per_answer')} ms/ans"
+          f"  charges/txn {r.get('charges_per_transaction')}"
           + "".join(f"  {k} {v['wall']} (cpu {v['cpu']})" for k, v in (r.get("stages_ms_per_answer") or {}).items()),
           flush=True)
 

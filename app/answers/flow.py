@@ -42,7 +42,7 @@ from app.answers.errors import (
     dataset_not_found,
 )
 from app.answers.presentation import visible
-from app.budget.ledger import BudgetExhausted, ChargeResult, Ledger, LedgerConflict, NoBudgetAccount
+from app.budget.ledger import BudgetExhausted, ChargeRequest, ChargeResult, Ledger, LedgerConflict, NoBudgetAccount
 from app.privacy.accountant import PrivacyCost
 from app.runtime import Runtime
 
@@ -291,22 +291,20 @@ async def answer(rt: Runtime, caller: Caller, prepare: Callable[[Session], Work]
         return PrivateAnswer(visible(body, plan.return_internals), spent, left)
     if released.event is None:  # a charged plan whose run read nothing private: a bug, never released
         raise RuntimeError(f"mechanism {plan.mechanism!r} returned no privacy event for a charged answer")
-    return await run_sync(_charge_and_release, rt, ledger, caller, plan, body, released.event)
+    return await run_sync(_charge_and_release, rt, caller, plan, body, released.event)
 
 
-def _charge_and_release(rt: Runtime, ledger: Ledger, caller: Caller, plan: AnswerPlan,
-                        body: dict[str, Any], cost: PrivacyCost) -> PrivateAnswer:
-    """Charge the computed answer in one transaction, then release it. The charge is the typed event
-    of the work that was done (data-independent: it equals the precheck's cost). With reuse allowed,
-    an identical answer charged meanwhile is released instead (this one is dropped, never charged)."""
+def _charge_and_release(rt: Runtime, caller: Caller, plan: AnswerPlan, body: dict[str, Any],
+                        cost: PrivacyCost) -> PrivateAnswer:
+    """Charge the computed answer in one transaction (shared with the other answers of its account
+    waiting to be charged: app.budget.combiner), then release it. The charge is the typed event of the
+    work that was done (data-independent: it equals the precheck's cost). With reuse allowed, an
+    identical answer charged meanwhile is released instead (this one is dropped, never charged)."""
     t0, c0 = time.perf_counter(), time.thread_time()
     try:
-        with rt.db.write_session() as s:
-            ch = ledger.charge(s, dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, cost=cost,
-                               mechanism=plan.mechanism, params=plan.request_params, response=body,
-                               key_id=caller.key_id, idempotency_key=plan.idempotency_key,
-                               reuse_key=plan.reuse_key, reuse=plan.may_reuse)
-            s.commit()
+        ch = rt.charges.charge(dataset_id=plan.dataset_id, tenant_id=caller.tenant_id, request=ChargeRequest(
+            cost=cost, mechanism=plan.mechanism, params=plan.request_params, response=body, key_id=caller.key_id,
+            idempotency_key=plan.idempotency_key, reuse_key=plan.reuse_key, reuse=plan.may_reuse))
     except BudgetExhausted as exc:
         raise budget_exhausted(exc) from None
     except LedgerConflict:

@@ -145,9 +145,26 @@ class _JobCollector:
         yield g
 
 
+class _ChargeCollector:
+    """The answers' charge transactions and the charges in them (group commit, app/budget/combiner.py):
+    their ratio is the charges one ledger transaction carried (1.0 sequentially)."""
+
+    def collect(self):
+        rt = _JOBS.runtime
+        comb = getattr(rt, "charges", None)
+        tx = CounterMetricFamily("dpicl_ledger_charge_transactions", "Ledger transactions made for answers' charges")
+        req = CounterMetricFamily("dpicl_ledger_charge_requests", "Answers' charges made in those transactions")
+        if comb is not None:
+            tx.add_metric([], comb.batches)
+            req.add_metric([], comb.requests)
+        yield tx
+        yield req
+
+
 _JOBS = _JobCollector()
 REGISTRY.register(_QueueCollector())
 REGISTRY.register(_JOBS)
+REGISTRY.register(_ChargeCollector())
 
 # The mechanism of the request being served: the middleware puts a fresh dict here, the private
 # routes write into it (a dict, so a write from a worker thread's copied context is still seen).

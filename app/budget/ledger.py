@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,20 @@ class LedgerConflict(Exception):
 
 class NoBudgetAccount(LookupError):
     pass
+
+
+@dataclass(frozen=True)
+class ChargeRequest:
+    """One charge to make (``Ledger.charge``'s arguments but the account's)."""
+
+    cost: PrivacyCost
+    mechanism: str
+    params: dict[str, Any]
+    response: dict[str, Any]
+    key_id: str | None = None
+    idempotency_key: str | None = None
+    reuse_key: str | None = None
+    reuse: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,38 +191,74 @@ class Ledger:
         unreleased, uncharged. Only a fresh charge writes (the caller commits; on a replay or a reuse
         it may commit too: nothing but the lock's version counter changed).
         """
-        c = charge_of(cost)
+        req = ChargeRequest(cost=cost, mechanism=mechanism, params=params, response=response, key_id=key_id,
+                            idempotency_key=idempotency_key, reuse_key=reuse_key, reuse=reuse)
+        (out,) = self.charge_many(session, dataset_id=dataset_id, tenant_id=tenant_id, requests=[req])
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def charge_many(self, session: Session, *, dataset_id: str, tenant_id: str,
+                    requests: Sequence[ChargeRequest]) -> list[ChargeResult | Exception]:
+        """``charge`` for several requests on one account in one transaction (group commit,
+        app.budget.combiner): the account is locked once and the requests are charged one after the
+        other in their order, each composing the total its predecessors left, exactly as the same
+        charges in as many transactions would; the account is written once. A request that cannot be
+        charged (BudgetExhausted, LedgerConflict) gets its exception in its place and leaves the total
+        as it was; an unknown account is a NoBudgetAccount for every request."""
+        charges = [charge_of(req.cost) for req in requests]  # a TypeError before the lock, as before
         acc = repo.lock_account_row(session, dataset_id, tenant_id)
         if acc is None:
-            raise NoBudgetAccount(dataset_id)
-        if idempotency_key:
-            prior = repo.find_entry(session, dataset_id, idempotency_key)
+            return [NoBudgetAccount(dataset_id) for _ in requests]
+        state, spent, method = state_of(acc), acc.epsilon_spent, None
+        out: list[ChargeResult | Exception] = []
+        for req, c in zip(requests, charges):
+            try:
+                res, new = self._charge_one(session, acc, state, spent, dataset_id, tenant_id, req, c)
+            except (BudgetExhausted, LedgerConflict) as exc:
+                out.append(exc)
+                continue
+            if new is not None:
+                state, spent, method = new
+            out.append(res)
+        if method is not None:
+            _store_state(session, acc, state, spent, method)
+        return out
+
+    @staticmethod
+    def _charge_one(session: Session, acc: Any, state: BudgetState, spent_now: float, dataset_id: str,
+                    tenant_id: str, req: ChargeRequest,
+                    c: Charge) -> tuple[ChargeResult, tuple[BudgetState, float, str] | None]:
+        """One charge (``c``, of ``req.cost``) on the locked account whose composition state is ``state``
+        (total ``spent_now``): its result and, for a fresh charge, the new (state, total, route); None
+        for a replay or a reuse."""
+        if req.idempotency_key:
+            prior = repo.find_entry(session, dataset_id, req.idempotency_key)
             if prior is not None and prior.status == "charged":
-                if prior.mechanism != mechanism or prior.params != params:
-                    raise LedgerConflict(idempotency_key)
-                return ChargeResult(prior.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
-                                    replayed_response=prior.response)
-        if reuse and reuse_key:
-            twin = repo.find_reusable(session, dataset_id, reuse_key)
+                if prior.mechanism != req.mechanism or prior.params != req.params:
+                    raise LedgerConflict(req.idempotency_key)
+                return ChargeResult(prior.id, spent_now, acc.epsilon_budget, acc.delta_budget,
+                                    replayed_response=prior.response), None
+        if req.reuse and req.reuse_key:
+            twin = repo.find_reusable(session, dataset_id, req.reuse_key)
             if twin is not None:
-                return ChargeResult(twin.id, acc.epsilon_spent, acc.epsilon_budget, acc.delta_budget,
-                                    replayed_response=twin.response, reused=True, released_at=twin.created_at)
-        new_state = state_of(acc).add(c)
+                return ChargeResult(twin.id, spent_now, acc.epsilon_budget, acc.delta_budget,
+                                    replayed_response=twin.response, reused=True, released_at=twin.created_at), None
+        new_state = state.add(c)
         spent, method = compose(new_state, acc.delta_budget)
         if not fits(spent, acc.epsilon_budget):
-            raise BudgetExhausted(acc.epsilon_budget, acc.epsilon_spent, spent)
+            raise BudgetExhausted(acc.epsilon_budget, spent_now, spent)
         # The entry keeps its curve on the account's grid, so a refund can recompose exactly.
         curve = None
         if c.has_curve:
             curve = _json_curve(rdp_on_grid(c.orders, c.rdp, np.asarray(acc.rdp_orders, dtype=float)))
         entry_id = repo.add_entry(
-            session, dataset_id=dataset_id, tenant_id=tenant_id, key_id=key_id, mechanism=mechanism, params=params,
-            epsilon=c.epsilon, delta=c.delta, rdp=curve, pld=c.pld.to_dict() if c.pld is not None else None,
-            idempotency_key=idempotency_key, status="charged",
-            response=response, epsilon_spent_after=spent, reuse_key=reuse_key,
+            session, dataset_id=dataset_id, tenant_id=tenant_id, key_id=req.key_id, mechanism=req.mechanism,
+            params=req.params, epsilon=c.epsilon, delta=c.delta, rdp=curve,
+            pld=c.pld.to_dict() if c.pld is not None else None, idempotency_key=req.idempotency_key,
+            status="charged", response=req.response, epsilon_spent_after=spent, reuse_key=req.reuse_key,
         )
-        _store_state(session, acc, new_state, spent, method)
-        return ChargeResult(entry_id, spent, acc.epsilon_budget, acc.delta_budget)
+        return ChargeResult(entry_id, spent, acc.epsilon_budget, acc.delta_budget), (new_state, spent, method)
 
     def refund(self, session: Session, *, dataset_id: str, tenant_id: str, entry_id: int) -> bool:
         """Refund one charge whose output was never released and recompute the totals; False when

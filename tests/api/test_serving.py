@@ -116,4 +116,8 @@ def test_metrics_endpoint_in_prometheus_format(live_server, lm):
         cpu = value("dpicl_answer_stage_cpu_seconds", "dpicl_answer_stage_cpu_seconds_total", stage=stage)
         assert 0 < cpu <= wall + 1e-3, (stage, cpu, wall)
     assert {s.labels["state"] for s in fams["dpicl_jobs"].samples} >= {"queued", "running", "succeeded"}
+    # group commit: every charged answer went through a ledger transaction, several may share one
+    txns = value("dpicl_ledger_charge_transactions", "dpicl_ledger_charge_transactions_total")
+    charged = value("dpicl_ledger_charge_requests", "dpicl_ledger_charge_requests_total")
+    assert 1 <= txns <= charged and charged >= 4
     assert value("dpicl_model_queue_depth", "dpicl_model_queue_depth", model=lm.name) == 0
