@@ -8,7 +8,9 @@
 #   2. a real `dpicl serve` on cuda/bf16 with the random-init full-size SmolLM2, and benchmarks/bench_serving.py
 #      against it: rnm 8x4 and 2x1, 1 / 16 / 64 clients (REPLICAS=N: N servers on the one GPU and database).
 # Knobs (environment): SKIP_GPU_CHECK, GPU_CHECK_ARGS, GPU_CHECK_TIMEOUT, APP_ROOT (another tree's app, for an
-# A/B), REPLICAS, WORKLOADS, CLIENTS, ANSWERS, ROUNDS, SERVING_TIMEOUT, OUT, DEVICE (cpu: a dry run of the script here).
+# A/B), REPLICAS, WORKLOADS, CLIENTS, ANSWERS, ROUNDS, SERVING_TIMEOUT, OUT, DEVICE (cpu: a dry run of the script here),
+# DB (sqlite, the default, or pg: a PostgreSQL 16 server started from the carried pgserver wheel, for the
+# replicas' ledger on row locks instead of SQLite's one write lock).
 set -uo pipefail
 : "${OUT:=/tmp/gpu_out}"
 mkdir -p "$OUT"
@@ -48,8 +50,22 @@ for f in src.iterdir():
 print("saved", sorted(p.name for p in dst.iterdir()))
 PY
 
-echo "== dpicl serve (${DEVICE:-cuda}, bf16) x ${REPLICAS:-1}"; date
-export DPICL_DATABASE_URL=sqlite:///$OUT/gpu-bench.db DPICL_DEVICE=${DEVICE:-cuda} DPICL_DTYPE=bfloat16 \
+DB_URL=sqlite:///$OUT/gpu-bench.db
+if [ "${DB:-sqlite}" = pg ]; then
+  echo "== PostgreSQL (pgserver)"; date
+  # pgserver starts postgres on a unix socket in the data folder and leaves it running (cleanup_mode None)
+  DB_URL=$(python3 - <<'PY' 2> "$OUT/pg.log"
+import pgserver
+srv = pgserver.get_server("/tmp/gpu-bench-pg", cleanup_mode=None)
+srv.psql("DROP DATABASE IF EXISTS bench;")
+srv.psql("CREATE DATABASE bench;")
+print(srv.get_uri("bench"))
+PY
+) || { echo "PostgreSQL did not start"; tail -20 "$OUT/pg.log"; exit 1; }
+  echo "database: $DB_URL"
+fi
+echo "== dpicl serve (${DEVICE:-cuda}, bf16) x ${REPLICAS:-1} on ${DB:-sqlite}"; date
+export DPICL_DATABASE_URL=$DB_URL DPICL_DEVICE=${DEVICE:-cuda} DPICL_DTYPE=bfloat16 \
   DPICL_LOG_LEVEL=info DPICL_MODELS='[{"name": "smollm2-135m-instruct", "kind": "lm", "source": "/tmp/rand-smollm2", "backend": "hf"}]'
 wait_ready() {  # $1: port
   python3 - "$1" <<'PY'

@@ -18,4 +18,10 @@ for p in $PKGS; do
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64 \
     --platform manylinux_2_31_x86_64 -d .whl "$p==$v"
 done
+# DB=pg in gpu_bench.sh: a PostgreSQL server from a wheel (pgserver bundles PostgreSQL 16's binaries; the GPU
+# machine has psutil already). Not in the venv, so pinned here.
+for pv in pgserver==0.1.4 fasteners==0.20 platformdirs==4.14.9; do
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "$pv"
+done
 ls .whl
