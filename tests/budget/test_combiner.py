@@ -14,24 +14,8 @@ from app.budget.combiner import ChargeCombiner
 from app.budget.ledger import BudgetExhausted, ChargeRequest, Ledger, LedgerConflict, NoBudgetAccount
 from app.privacy.accountant import PrivacyCost
 from app.privacy.rdp import DEFAULT_ORDERS
-from app.store import Database, budget_repo, datasets_repo
-
-
-@pytest.fixture
-def db(database_url):
-    d = Database(database_url)
-    yield d
-    d.dispose()
-
-
-def _dataset(db: Database, epsilon: float, delta: float = 1e-5) -> str:
-    with db.session() as s:
-        ds = datasets_repo.create_dataset(s, tenant_id="t1", name="x", task="classification", labels=["a", "b"],
-                                          template={}, exemplars=[("in", "a")])
-        Ledger().open_account(s, dataset_id=ds.id, tenant_id="t1", epsilon=epsilon, delta=delta,
-                              adjacency="replace-one")
-        s.commit()
-        return ds.id
+from app.store import Database, budget_repo
+from tests.budget.accounts import open_dataset
 
 
 def _gaussian(sigma: float) -> PrivacyCost:
@@ -104,7 +88,7 @@ def _run_queued(comb: ChargeCombiner, sessions: GatedSessions, ds: str, requests
 
 def test_queued_charges_share_one_transaction_and_equal_serial_charges(db):
     budget = 2.0
-    ds, ref = _dataset(db, budget), _dataset(db, budget)
+    ds, ref = open_dataset(db, budget), open_dataset(db, budget)
     sessions = GatedSessions(db)
     comb = ChargeCombiner(sessions)
     out = _run_queued(comb, sessions, ds, [_request() for _ in range(12)])
@@ -134,7 +118,7 @@ def test_queued_charges_share_one_transaction_and_equal_serial_charges(db):
 
 
 def test_a_failed_batch_charges_none_of_its_requests_and_the_next_batch_is_served(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     sessions = GatedSessions(db, fail_first=True)
     comb = ChargeCombiner(sessions, max_batch=3)
     out = _run_queued(comb, sessions, ds, [_request() for _ in range(8)])
@@ -147,7 +131,7 @@ def test_a_failed_batch_charges_none_of_its_requests_and_the_next_batch_is_serve
 
 
 def test_twins_and_conflicts_inside_one_batch_behave_as_in_separate_transactions(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     sessions = GatedSessions(db)
     comb = ChargeCombiner(sessions)
     reqs = [_request(),  # the first batch, alone
@@ -166,7 +150,7 @@ def test_twins_and_conflicts_inside_one_batch_behave_as_in_separate_transactions
 
 
 def test_accounts_do_not_share_batches_and_an_unknown_account_fails_alone(db):
-    a, b = _dataset(db, 100.0), _dataset(db, 100.0)
+    a, b = open_dataset(db, 100.0), open_dataset(db, 100.0)
     comb = ChargeCombiner(db.write_session)
     results = {}
 
@@ -189,7 +173,7 @@ def test_accounts_do_not_share_batches_and_an_unknown_account_fails_alone(db):
 
 
 def test_a_malformed_request_fails_alone_before_joining_a_batch(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     comb = ChargeCombiner(db.write_session)
     with pytest.raises(TypeError):
         comb.charge(dataset_id=ds, tenant_id="t1",

@@ -11,16 +11,7 @@ from app.privacy.accountant import PrivacyCost
 from app.privacy.rdp import DEFAULT_ORDERS
 from app.store import Database
 from app.store import datasets_repo
-
-
-def _dataset(db: Database, epsilon: float, delta: float = 1e-5) -> str:
-    with db.session() as s:
-        ds = datasets_repo.create_dataset(s, tenant_id="t1", name="x", task="classification", labels=["a", "b"],
-                                          template={}, exemplars=[("in", "a")])
-        Ledger().open_account(s, dataset_id=ds.id, tenant_id="t1", epsilon=epsilon, delta=delta,
-                                adjacency="replace-one")
-        s.commit()
-        return ds.id
+from tests.budget.accounts import open_dataset
 
 
 def _typed(cost: dict) -> PrivacyCost:
@@ -50,13 +41,6 @@ class _UnitOfWork:
             return out
 
 
-@pytest.fixture
-def db(database_url):
-    d = Database(database_url)
-    yield d
-    d.dispose()
-
-
 def _gaussian_cost(sigma: float, sensitivity: float = 1.0) -> dict:
     orders = np.array(DEFAULT_ORDERS)
     rdp = orders * sensitivity**2 / (2 * sigma**2)  # Mironov 2017 Prop. 7, independent of app.privacy
@@ -65,7 +49,7 @@ def _gaussian_cost(sigma: float, sensitivity: float = 1.0) -> dict:
 
 def test_rdp_composition_matches_dp_accounting(db):
     dp_accounting = pytest.importorskip("dp_accounting")
-    ds = _dataset(db, epsilon=100.0)
+    ds = open_dataset(db, epsilon=100.0)
     ledger = _UnitOfWork(db)
     for i in range(10):
         r = ledger.charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(sigma=3.0), mechanism="rnm",
@@ -78,7 +62,7 @@ def test_rdp_composition_matches_dp_accounting(db):
 
 
 def test_pure_dp_uses_basic_composition_when_tighter(db):
-    ds = _dataset(db, epsilon=10.0)
+    ds = open_dataset(db, epsilon=10.0)
     ledger = _UnitOfWork(db)
     spent = [ledger.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
                            params={"i": i}, response={}).epsilon_spent for i in range(10)]
@@ -90,7 +74,7 @@ def test_pure_dp_uses_basic_composition_when_tighter(db):
 
 
 def test_concurrent_charges_never_exceed_budget(db, database_url):
-    ds = _dataset(db, epsilon=10.0)
+    ds = open_dataset(db, epsilon=10.0)
     ledger = _UnitOfWork(db)
     ok, refused, errors = [], [], []
     barrier = threading.Barrier(25)
@@ -123,7 +107,7 @@ def test_concurrent_charges_never_exceed_budget(db, database_url):
 
 
 def test_idempotency_key_never_charges_twice(db):
-    ds = _dataset(db, epsilon=5.0)
+    ds = open_dataset(db, epsilon=5.0)
     ledger = _UnitOfWork(db)
     a = ledger.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
                       params={"q": 1}, response={"label": "a"}, idempotency_key="k1")
@@ -137,7 +121,7 @@ def test_idempotency_key_never_charges_twice(db):
 
 
 def test_refund_recomposes(db):
-    ds = _dataset(db, epsilon=100.0)
+    ds = open_dataset(db, epsilon=100.0)
     ledger = _UnitOfWork(db)
     first = ledger.charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(2.0), mechanism="rnm",
                           params={"i": 0}, response={})
@@ -155,7 +139,7 @@ def test_refund_recomposes(db):
 def test_other_tenant_cannot_charge(db):
     from app.budget.ledger import NoBudgetAccount
 
-    ds = _dataset(db, epsilon=5.0)
+    ds = open_dataset(db, epsilon=5.0)
     with pytest.raises(NoBudgetAccount):
         _UnitOfWork(db).charge(dataset_id=ds, tenant_id="someone-else", cost={"epsilon": 1.0, "delta": 0.0},
                           mechanism="rnm", params={}, response={})
@@ -165,7 +149,7 @@ def test_the_ledger_never_commits_for_its_caller(db):
     """Unit of work: a charge the caller rolls back leaves no entry and no spend (issue 20 item 4)."""
     from app.store import budget_repo
 
-    ds = _dataset(db, epsilon=5.0)
+    ds = open_dataset(db, epsilon=5.0)
     with db.session() as s:
         Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost=_typed({"epsilon": 1.0, "delta": 0.0}),
                         mechanism="rnm", params={}, response={})
@@ -177,14 +161,14 @@ def test_the_ledger_never_commits_for_its_caller(db):
 
 
 def test_a_charge_takes_a_typed_cost_never_a_dict(db):
-    ds = _dataset(db, epsilon=5.0)
+    ds = open_dataset(db, epsilon=5.0)
     with db.session() as s, pytest.raises(TypeError, match="PrivacyCost"):
         Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
                         params={}, response={})
 
 
 def test_refund_refuses_an_entry_of_another_dataset(db):
-    ds, other = _dataset(db, epsilon=5.0), _dataset(db, epsilon=5.0)
+    ds, other = open_dataset(db, epsilon=5.0), open_dataset(db, epsilon=5.0)
     uow = _UnitOfWork(db)
     ch = uow.charge(dataset_id=ds, tenant_id="t1", cost={"epsilon": 1.0, "delta": 0.0}, mechanism="rnm",
                     params={}, response={})
@@ -198,7 +182,7 @@ def test_a_charge_leaves_the_account_object_equal_to_its_row_and_nothing_dirty(d
     ORM object as committed: the session has nothing left to flush, and a fresh read agrees."""
     from app.store import budget_repo
 
-    ds = _dataset(db, 10.0)
+    ds = open_dataset(db, 10.0)
     cost = _typed(_gaussian_cost(3.0))
     with db.session() as s:
         first = Ledger().charge(s, dataset_id=ds, tenant_id="t1", cost=cost, mechanism="rnm", params={}, response={})
@@ -220,7 +204,7 @@ def test_the_answers_read_gives_every_column_the_orm_reads(db):
     from app.store.dataset_tables import Dataset
     from app.store.gateway_tables import BudgetAccount
 
-    ds = _dataset(db, 10.0)
+    ds = open_dataset(db, 10.0)
     _UnitOfWork(db).charge(dataset_id=ds, tenant_id="t1", cost=_gaussian_cost(3.0), mechanism="rnm",
                            params={"a": 1}, response={})
     with db.session() as s:
@@ -250,7 +234,7 @@ def test_a_charge_flushes_the_sessions_pending_account_change_first(db):
     the account in the caller's session is written before the lock reads the row."""
     from app.store import budget_repo
 
-    ds = _dataset(db, 10.0)
+    ds = open_dataset(db, 10.0)
     cost = _typed(_gaussian_cost(3.0))
     with db.session() as s:
         acc = budget_repo.get_account(s, ds, "t1")

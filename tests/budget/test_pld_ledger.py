@@ -15,26 +15,10 @@ from app.budget.forecast import count_answers
 from app.budget.ledger import BudgetExhausted, Ledger, charge_of, state_of
 from app.mechanisms.rnm import RNM
 from app.privacy.accountant import ExponentialMechanismEvent, PrivacyCost, RdpAccountant
-from app.store import Database, budget_repo, datasets_repo
+from app.store import Database, budget_repo
+from tests.budget.accounts import open_dataset
 
 pld_lib = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
-
-
-@pytest.fixture
-def db(database_url):
-    d = Database(database_url)
-    yield d
-    d.dispose()
-
-
-def _dataset(db: Database, epsilon: float, delta: float = 1e-5) -> str:
-    with db.session() as s:
-        ds = datasets_repo.create_dataset(s, tenant_id="t1", name="x", task="classification", labels=["a", "b"],
-                                          template={}, exemplars=[("in", "a")])
-        Ledger().open_account(s, dataset_id=ds.id, tenant_id="t1", epsilon=epsilon, delta=delta,
-                              adjacency="replace-one")
-        s.commit()
-        return ds.id
 
 
 def _rnm(noise: str, epsilon: float) -> PrivacyCost:
@@ -66,7 +50,7 @@ def _gauss_oracle(sigma: float, k: int, pessimistic: bool) -> float:
 
 
 def test_twelve_gaussian_answers_are_charged_their_pld_epsilon(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     cost = _rnm("gaussian", 1.0)
     assert cost.pld is not None and cost.pld.kind == "gaussian"
     sigma = cost.params["sigma"]
@@ -85,7 +69,7 @@ def test_twelve_gaussian_answers_are_charged_their_pld_epsilon(db):
 
 
 def test_the_ledger_accepts_38_gaussian_answers_at_epsilon_1_in_a_budget_of_8_and_not_one_more(db):
-    ds = _dataset(db, 8.0)
+    ds = open_dataset(db, 8.0)
     cost = _rnm("gaussian", 1.0)
     sigma = cost.params["sigma"]
     n = 0
@@ -104,7 +88,7 @@ def test_the_ledger_accepts_38_gaussian_answers_at_epsilon_1_in_a_budget_of_8_an
 
 
 def test_concurrent_gaussian_answers_take_the_pld_count(db):
-    ds = _dataset(db, 3.0)
+    ds = open_dataset(db, 3.0)
     cost = _rnm("gaussian", 1.0)
     expected = count_answers(BudgetState(), charge_of(cost), 3.0, 1e-5).answers
     rdp_only = count_answers(BudgetState(), charge_of(PrivacyCost(**{**cost.__dict__, "pld": None})), 3.0,
@@ -135,7 +119,7 @@ def test_concurrent_gaussian_answers_take_the_pld_count(db):
 
 
 def test_refund_recomposes_the_pld_counts(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     g, lap = _rnm("gaussian", 0.5), _rnm("laplace", 0.5)
     ids = [_charge(db, ds, c, i).entry_id for i, c in enumerate([g, lap, g, lap, g])]
     before = _account(db, ds)
@@ -153,7 +137,7 @@ def test_refund_recomposes_the_pld_counts(db):
 
 
 def test_a_mixed_history_is_charged_no_more_than_rdp_alone(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     from app.budget.composition import compose
 
     em = RdpAccountant(adjacency="replace-one").compose(ExponentialMechanismEvent(0.1)) \
@@ -180,7 +164,7 @@ def test_a_mixed_history_is_charged_no_more_than_rdp_alone(db):
 
 
 def test_an_account_from_before_composes_its_old_charges_by_rdp(db):
-    ds = _dataset(db, 100.0)
+    ds = open_dataset(db, 100.0)
     cost = _rnm("gaussian", 1.0)
     for i in range(3):
         _charge(db, ds, cost, i)
