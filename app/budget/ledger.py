@@ -22,8 +22,8 @@ arrive typed (``app.privacy.accountant.PrivacyCost``), never as dicts to re-pars
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
