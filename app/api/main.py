@@ -90,17 +90,19 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     install_error_handlers(app)
-    from app.api import auth_middleware, log_redact, metrics
+    from app.api import auth_middleware, log_redact, metrics, shutdown
 
     log_redact.install()  # a key sent in a URL never reaches the access log (docs/security.md)
 
     # Middleware: the last installed runs first. Outermost to innermost: metrics (times every answer, 401s
     # included), the key (before anything reads the body or looks at the input: no key, no work), bad bytes
-    # in paths and queries (422), the body limit (413 before or while the body is read).
+    # in paths and queries (422), the body limit (413 before or while the body is read). Around them all, the
+    # shutdown cut-off: a request cancelled by SIGTERM's graceful timeout is a 503, not a 500.
     body_limit.install(app, settings)  # DPICL_MAX_BODY_BYTES / DPICL_MAX_UPLOAD_BYTES: 413 (docs/security.md)
     input_guard.install(app)  # NUL / lone surrogates in paths, queries and bodies: 422 (docs/security.md)
     auth_middleware.install(app)  # the key before the body (docs/security.md#who-may-call-what)
     metrics.install(app)  # GET /metrics and the request-latency middleware
+    shutdown.install(app)  # 503 shutting_down for a request cut off at shutdown (app/api/shutdown.py)
     for r in ROUTERS:
         _strict_json_bodies(r)
         app.include_router(r)

@@ -67,8 +67,10 @@ DESCRIPTIONS = {
     "429": "The dataset's privacy budget cannot pay for this (code budget_exhausted), or the tenant's job "
            "queue is full (code queue_full, with Retry-After)",
     "502": "The model server behind a remote backend failed",
-    "503": "Not ready: the database or a model is not available; or the audit planner is busy (code "
-           "planner_busy, with Retry-After)",
+    "503": "Not ready: the database or a model is not available; the model queue is full or its deadline "
+           "passed (answers, with Retry-After); the audit planner is busy (code planner_busy, with "
+           "Retry-After); or, on any operation, the server shut down before the request finished (code "
+           "shutting_down, with Retry-After)",
     "504": "The model server behind a remote backend timed out",
 }
 
@@ -135,8 +137,10 @@ def _declare_errors(doc: dict[str, Any]) -> None:
             default = DEFAULT_STATUSES + (("404",) if "{" in path else ())
             # Any body can be too large (app/api/body_limit.py); any path or query parameter can hold
             # a NUL (app/api/input_guard.py).
+            # Any request still in flight when a shutdown's graceful timeout runs out is a 503
+            # (app/api/shutdown.py).
             extra = (("413",) if "requestBody" in op else ()) + (
-                ("422",) if any(p.get("in") in ("path", "query") for p in op.get("parameters", [])) else ())
+                ("422",) if any(p.get("in") in ("path", "query") for p in op.get("parameters", [])) else ()) + ("503",)
             for code in STATUSES.get((method, path), default) + extra:
                 # A status the route declares itself (``responses=``: the health body on a 503)
                 # keeps its own schema.
