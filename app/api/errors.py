@@ -176,6 +176,11 @@ def allowed_methods(req: Request) -> list[str]:
     return sorted(m for m, n in found.items() if n == fewest)
 
 
+DATABASE_UNAVAILABLE = ("the database did not answer; retry shortly. A private answer is released only after its "
+                        "charge commits, so none was released; whether its charge was made is not known: retry "
+                        "with the same Idempotency-Key to be charged at most once")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_req: Request, exc: APIError):
@@ -252,6 +257,23 @@ def install_error_handlers(app: FastAPI) -> None:
                        "upstream_timeout" if timeout else "upstream_error"),
             status_code=504 if timeout else 502,
         )
+
+    from sqlalchemy.exc import DisconnectionError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    async def _database_unavailable(req: Request, exc: Exception):
+        # The database refused, dropped or timed out (PostgreSQL down or restarting, a connection cut, a
+        # deadlock or serialization failure; SQLite locked past its busy timeout; the pool exhausted):
+        # the server's dependency, not the caller's input, and worth a retry. The class names only: an
+        # error's text can quote the statement.
+        orig = getattr(exc, "orig", None)
+        log.warning("database unavailable on %s %s: %s%s", req.method, req.url.path, type(exc).__name__,
+                    f" ({type(orig).__name__})" if orig is not None else "")
+        return JSONResponse(error_body(DATABASE_UNAVAILABLE, "service_unavailable", None, "database_unavailable"),
+                            status_code=503, headers={"Retry-After": "1"})
+
+    for db_error in (OperationalError, DisconnectionError, PoolTimeout):
+        app.add_exception_handler(db_error, _database_unavailable)
 
     @app.exception_handler(Exception)
     async def _unhandled(req: Request, exc: Exception):

@@ -70,7 +70,7 @@ DESCRIPTIONS = {
     "503": "Not ready: the database or a model is not available; the model queue is full or its deadline "
            "passed (answers, with Retry-After); the audit planner is busy (code planner_busy, with "
            "Retry-After); or, on any operation, the server shut down before the request finished (code "
-           "shutting_down, with Retry-After)",
+           "shutting_down) or the database did not answer (code database_unavailable), both with Retry-After",
     "504": "The model server behind a remote backend timed out",
 }
 
@@ -138,7 +138,7 @@ def _declare_errors(doc: dict[str, Any]) -> None:
             # Any body can be too large (app/api/body_limit.py); any path or query parameter can hold
             # a NUL (app/api/input_guard.py).
             # Any request still in flight when a shutdown's graceful timeout runs out is a 503
-            # (app/api/shutdown.py).
+            # (app/api/shutdown.py); so is any request the database fails (app/api/errors.py).
             extra = (("413",) if "requestBody" in op else ()) + (
                 ("422",) if any(p.get("in") in ("path", "query") for p in op.get("parameters", [])) else ()) + ("503",)
             for code in STATUSES.get((method, path), default) + extra:
