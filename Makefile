@@ -32,7 +32,7 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/dpicl models --warm
 	scripts/ensure_chromium.sh
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=40
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 2 --dist loadfile --durations=40
 
 clean-venv:
 	rm -rf $(VENV)

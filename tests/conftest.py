@@ -19,9 +19,6 @@ from pathlib import Path
 
 import pytest
 
-# The longest test modules first under xdist (tests/module_order.py): a hook, found here by its name.
-from tests.module_order import pytest_collection_modifyitems  # noqa: F401
-
 PG_ADMIN_URL = os.environ.get("DPICL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SKIP_PG = os.environ.get("DPICL_TEST_SKIP_POSTGRES") == "1"
 DB_KINDS = ["sqlite"] + ([] if SKIP_PG else ["postgres"])
