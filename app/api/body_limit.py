@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.asgi_send import StartTrackingSend
 from app.api.errors import error_body
 
 # (method, path) of the routes held to the upload limit.
@@ -79,20 +80,13 @@ class BodyLimitMiddleware:
                     raise BodyTooLarge(limit, setting)
             return message
 
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracking_send = StartTrackingSend(send)
         try:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge as exc:
             # Read outside FastAPI's handlers (a route's own ``request.body()`` under a middleware that
             # lets it escape): answer it here unless a response has begun.
-            if started:
+            if tracking_send.started:
                 raise
             await too_large_response(exc)(scope, receive, send)
 

@@ -19,8 +19,9 @@ import json
 import logging
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.asgi_send import StartTrackingSend
 from app.api.errors import error_body
 
 log = logging.getLogger("dpicl.shutdown")
@@ -38,14 +39,7 @@ class ShutdownCutoffMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracking_send = StartTrackingSend(send)
         try:
             await self.app(scope, receive, tracking_send)
         except asyncio.CancelledError:
@@ -55,7 +49,7 @@ class ShutdownCutoffMiddleware:
             if self.cut == 1:
                 log.warning("shutdown: cancelling requests still in flight after the graceful timeout "
                             "(answered 503 %s)", CODE)
-            if not started:
+            if not tracking_send.started:
                 await _answer_503(send)
 
 
