@@ -9,16 +9,17 @@ traceback); a response already under way is left for uvicorn to close.
 
 What it does not undo: the work the request started in a worker thread. A private answer whose
 charge committed before the cut stays charged (the answer is never released: the safe direction);
-the 503 says so. ``dpicl serve`` exits without waiting for that work (app/cli/__init__.py).
+the 503 says so. The process does not wait for that work either: after its shutdown uvicorn raises
+the SIGTERM again, whose default action ends the process (tests/cli/test_serve_sigterm.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.asgi_send import StartTrackingSend
@@ -50,15 +51,8 @@ class ShutdownCutoffMiddleware:
                 log.warning("shutdown: cancelling requests still in flight after the graceful timeout "
                             "(answered 503 %s)", CODE)
             if not tracking_send.started:
-                await _answer_503(send)
-
-
-async def _answer_503(send: Send) -> None:
-    body = json.dumps(error_body(MESSAGE, "service_unavailable", None, CODE)).encode()
-    await send({"type": "http.response.start", "status": 503,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"retry-after", b"5"), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+                await JSONResponse(error_body(MESSAGE, "service_unavailable", None, CODE), status_code=503,
+                                   headers={"Retry-After": "5", "Connection": "close"})(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
