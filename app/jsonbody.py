@@ -15,6 +15,7 @@ dotted field, which the API answers 422 (``app.api.input_guard``).
 from __future__ import annotations
 
 import json
+import sys
 import types
 import typing
 from typing import Annotated, Any
@@ -145,6 +146,14 @@ class NonFiniteNumberError(BodyValueError):
     reason = "not a finite number (NaN, Infinity and numbers beyond 1.8e308 are not accepted)"
 
 
+class LongIntegerError(BodyValueError):
+    # Python's int() refuses a decimal text over sys.get_int_max_str_digits() (4300) digits with a plain
+    # ValueError, which routes that catch only JSONDecodeError turned into a 500 (the JSONL upload, the /ui
+    # audit form). Such a number is far beyond 1.8e308, so no field could accept it anyway.
+    code = "invalid_value"
+    reason = f"a number with more than {sys.get_int_max_str_digits()} digits is not accepted"
+
+
 class _Repeated(Exception):
     pass
 
@@ -165,6 +174,14 @@ class _Bad(Exception):
 
 
 _BAD = object()  # a non-finite number, as the locating parse marks it
+_LONG = object()  # an integer over the interpreter's digit limit, likewise
+
+
+def _marked_int(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return _LONG
 
 
 def _finite(text: str) -> float:
@@ -186,12 +203,15 @@ def _marked(text: str) -> Any:
 def _locate(raw: str | bytes) -> BodyValueError:
     """The first repeated key or non-finite number in document order, with its dotted path (error path only;
     iterative)."""
-    tree = json.loads(raw, object_pairs_hook=_Pairs, parse_float=_marked, parse_constant=lambda _n: _BAD)
+    tree = json.loads(raw, object_pairs_hook=_Pairs, parse_float=_marked, parse_int=_marked_int,
+                      parse_constant=lambda _n: _BAD)
     stack: list[tuple[Any, str]] = [(tree, "")]
     while stack:
         node, where = stack.pop()
         if node is _BAD:
             return NonFiniteNumberError(where or "body")
+        if node is _LONG:
+            return LongIntegerError(where or "body")
         if isinstance(node, _Pairs):
             seen: set[str] = set()
             for k, _ in node:
@@ -206,9 +226,13 @@ def _locate(raw: str | bytes) -> BodyValueError:
 
 def loads(raw: str | bytes) -> Any:
     """``json.loads`` that refuses a repeated key in any object and a non-finite number (NaN, Infinity, 1e999)
-    anywhere: a BodyValueError naming the first in document order. Its other errors are json.loads' own
-    (JSONDecodeError, UnicodeDecodeError, RecursionError)."""
+    anywhere, and an integer too long for int() (over 4300 digits): a BodyValueError naming the first in
+    document order. Its other errors are json.loads' own (JSONDecodeError, UnicodeDecodeError, RecursionError)."""
     try:
         return json.loads(raw, object_pairs_hook=_unique, parse_float=_finite, parse_constant=_constant)
     except (_Repeated, _Bad):
         raise _locate(raw) from None
+    except ValueError as exc:
+        if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+            raise
+        raise _locate(raw) from None  # int()'s digit limit: the only other ValueError json.loads raises

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from fastapi import FastAPI, Request
@@ -121,13 +122,22 @@ def _param_and_message(err: dict, prefix: str = "", located: bool = False) -> tu
 _FASTAPI_PARSE_ERROR = "There was an error parsing the body"
 
 
+def json_error_reason(exc: BaseException | None, *, in_line: bool = False) -> str:
+    """Why a body is not JSON, in json's own fixed words and a position, never the body's text."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} ({f'column {exc.colno}' if in_line else f'character {exc.pos}'})"
+    return "it could not be decoded"
+
+
 def _parse_error(exc: BaseException) -> APIError:
     cause = exc.__cause__
     if isinstance(cause, BodyValueError):  # app.api.json_route: {"epsilon": 1, "epsilon": 100}
         return duplicate_key_error(cause)
-    why = ("not UTF-8 text" if isinstance(cause, UnicodeDecodeError)
-           else "nested too deeply" if isinstance(cause, RecursionError) else "it could not be decoded")
-    return APIError(422, f"body: not valid JSON: {why}", param="body", code="invalid_value")
+    return APIError(422, f"body: not valid JSON: {json_error_reason(cause)}", param="body", code="invalid_value")
 
 
 def duplicate_key_error(exc: BodyValueError, message_prefix: str = "") -> APIError:

@@ -120,3 +120,49 @@ def test_finite_numbers_still_parse():
     with pytest.raises(NonFiniteNumberError) as e:
         loads('{"c": {"v": [1, 2, Infinity]}}')
     assert e.value.param == "c.v.2"
+
+
+# An integer over int()'s digit limit (4300 digits): json.loads raises a plain ValueError (not JSONDecodeError), which
+# the JSONL upload and the /ui audit form did not catch: a 500 "internal server error". Now a 422 naming its path.
+LONG = "9" * 5000
+
+
+def test_an_integer_too_long_to_read_is_a_422_naming_it_on_every_route(live_server, json_body_routes):
+    raw = f'{{"query": "q", "epsilon": -{LONG}}}'.encode()
+    for method, path in json_body_routes:
+        r = httpx.request(method, f"{live_server}{path}", content=raw, headers={"content-type": "application/json"},
+                          timeout=T)
+        where = f"{method} {path}: {r.status_code} {r.text[:300]}"
+        if r.status_code == 404 and path.endswith("/load"):
+            continue
+        assert r.status_code == 422, where  # before: 422 "body: not valid JSON: it could not be decoded"
+        err = r.json()["error"]
+        assert (err["param"], err["code"]) == ("epsilon", "invalid_value"), where
+        assert err["message"] == "epsilon: a number with more than 4300 digits is not accepted", where
+        assert LONG[:50] not in r.text, where
+
+
+def test_jsonl_upload_names_a_long_integer_by_line_and_field(live_server):
+    head = '{"name": "d", "task": "classification", "labels": ["a", "b"]}'
+    for lines, param, line in (
+            ([head, f'{{"input": "{MARKER}", "output": "a", "extra": [1, {LONG}]}}'], "exemplars.0.extra.1", 2),
+            ([head.replace('"d"', f'"d", "epsilon": {LONG}'), f'{{"input": "{MARKER}", "output": "a"}}'],
+             "epsilon", 1)):
+        r = httpx.post(f"{live_server}/v1/datasets", content="\n".join(lines).encode(), timeout=T,
+                       headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 422, r.text[:300]  # before: 500
+        err = r.json()["error"]
+        assert err["param"] == param and err["message"].startswith(f"line {line}: "), err
+        assert MARKER not in r.text and LONG[:50] not in r.text
+
+
+def test_long_integers_are_located_and_the_limit_itself_still_parses():
+    from app.jsonbody import LongIntegerError, loads
+
+    assert loads('{"a": %s}' % ("1" * 4300))["a"] == int("1" * 4300)  # at the limit: read as before
+    with pytest.raises(LongIntegerError) as e:
+        loads('{"a": [0, {"b": -%s}], "c": 1}' % ("1" * 4301))
+    assert e.value.param == "a.1.b"
+    with pytest.raises(LongIntegerError) as e:
+        loads(LONG)
+    assert e.value.param == "body"

@@ -347,6 +347,14 @@ def test_a_repeated_key_in_the_config_is_an_error_on_the_config_field(ui):
         "config": "config.steps: the key appears more than once in a JSON object"}
 
 
+def test_an_integer_too_long_to_read_is_an_error_on_the_config_field(ui):
+    # before: json.loads' ValueError (int()'s 4300-digit limit) escaped the form handler (a 500)
+    c = ui("A")
+    r = c.post("/ui/audits/new", {"csrf_token": c.csrf(), "kind": "sleep", "config": '{"steps": %s}' % ("9" * 5000)})
+    assert r.status_code == 422 and _form_errors(r.text) == {
+        "config": "config.steps: a number with more than 4300 digits is not accepted"}, r.text[:300]
+
+
 def test_a_deeply_nested_config_is_an_error_on_the_config_field(ui):
     # before: json.loads' RecursionError escaped the form handler (a 500)
     c = ui("A")

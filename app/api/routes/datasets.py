@@ -15,7 +15,7 @@ from app.jsonbody import BodyValueError, JSONBody, loads
 
 from app.answers.dataset_cache import dataset_cache
 from app.api.deps import Offset, RuntimeDep, TenantDep
-from app.api.errors import APIError, dataset_not_found, duplicate_key_error, validation_error
+from app.api.errors import APIError, dataset_not_found, duplicate_key_error, json_error_reason, validation_error
 from app.api.input_guard import CODE as BAD_TEXT
 from app.api.auth import SCOPES, require
 from app.api.schemas import (
@@ -93,8 +93,9 @@ def _parse_jsonl(raw: bytes, settings) -> tuple[DatasetMeta, list[ExemplarIn]]:
         meta = DatasetMeta.model_validate(loads(first))
     except BodyValueError as exc:
         raise duplicate_key_error(exc, f"line {n0}: ") from None
-    except (json.JSONDecodeError, RecursionError):
-        raise APIError(422, f"line {n0} is not valid JSON", param="body") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise APIError(422, f"line {n0} is not valid JSON: {json_error_reason(exc, in_line=True)}", param="body",
+                       code="invalid_value") from None
     except ValidationError as exc:
         raise _error_from_validation(exc) from None
     except BadTextError as exc:
@@ -105,8 +106,9 @@ def _parse_jsonl(raw: bytes, settings) -> tuple[DatasetMeta, list[ExemplarIn]]:
             exemplars.append(ExemplarIn.model_validate(loads(line)))
         except BodyValueError as exc:
             raise duplicate_key_error(exc.prefixed(f"exemplars.{i}."), f"line {n}: ") from None
-        except (json.JSONDecodeError, RecursionError):
-            raise APIError(422, f"exemplar {i} (line {n}) is not valid JSON", param=f"exemplars.{i}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise APIError(422, f"exemplar {i} (line {n}) is not valid JSON: {json_error_reason(exc, in_line=True)}",
+                           param=f"exemplars.{i}", code="invalid_value") from None
         except ValidationError as exc:
             raise _error_from_validation(exc, prefix=f"exemplars.{i}.") from None
         except BadTextError as exc:
@@ -128,7 +130,7 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
         try:
             meta, exemplars = _parse_jsonl(raw, rt.settings)
         except UnicodeDecodeError:
-            raise APIError(422, "body is not UTF-8", param="body") from None
+            raise APIError(422, "body: not UTF-8 text", param="body", code="invalid_value") from None
     elif ctype in ("application/json", ""):
         # json.loads, then the model, as FastAPI parses every other body and as the JSONL lines are:
         # an escaped lone surrogate reaches JSONBody's text check (pydantic's JSON parser would
@@ -137,8 +139,9 @@ async def create_dataset(request: Request, rt: RuntimeDep, tenant: TenantDep):
             data = loads(raw)
         except BodyValueError as exc:
             raise duplicate_key_error(exc) from None
-        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
-            raise APIError(422, "body: not valid JSON", param="body", code="invalid_value") from None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError; nesting past the stack
+            raise APIError(422, f"body: not valid JSON: {json_error_reason(exc)}", param="body",
+                           code="invalid_value") from None
         if isinstance(data, dict) and isinstance(data.get("exemplars"), list):
             _check_count(len(data["exemplars"]), rt.settings)
         try:
