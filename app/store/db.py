@@ -23,9 +23,12 @@ def normalize_url(url: str) -> str:
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     # WAL lets readers run beside the one writer; busy_timeout makes concurrent
-    # writers wait instead of failing with "database is locked".
+    # writers wait instead of failing with "database is locked". synchronous=FULL: a commit returns once
+    # the WAL is fsync'd. An answer is released only after its charge commits, and under NORMAL (WAL's
+    # usual pairing) the last commits can roll back after an OS crash or power loss: released answers
+    # whose charges vanished, a budget that undercounts. One fsync per commit (docs/deploy.md#sqlite).
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA synchronous=FULL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.close()
