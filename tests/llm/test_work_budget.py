@@ -46,9 +46,10 @@ def test_scoring_calls_count_their_rows_tokens_and_a_refused_call_computes_nothi
         tiny.next_token_logprobs(prompts)  # exactly n tokens: runs
         ran = tiny.stats.forward_calls
         assert ran > calls
-        with pytest.raises(WorkTooLarge):
+        with pytest.raises(WorkTooLarge) as e:
             tiny.next_token_logprobs(prompts[:1])  # the budget is spent
         assert tiny.stats.forward_calls == ran  # nothing of the refused call ran
+        assert str(e.value).endswith(" more for 1 prompt row)"), str(e.value)  # was "1 prompt rows"
     with work_scope(n - 1), pytest.raises(WorkTooLarge):
         tiny.continuation_logprobs(prompts, [" sports", " weather"])
 
@@ -63,5 +64,6 @@ def test_decoding_counts_its_prompts_and_one_token_per_row_per_step(tiny):
         with pytest.raises(WorkTooLarge):
             s.step(int(s.logits[0].argmax()))  # a third step would pass the budget
         s.close()
-    with work_scope(n - 1), pytest.raises(WorkTooLarge):
+    with work_scope(n - 1), pytest.raises(WorkTooLarge) as e:
         tiny.start_decode(prompts)
+    assert str(e.value).endswith(f"(0 so far, {n} more for decoding 3 prompts)"), str(e.value)
