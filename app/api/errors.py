@@ -259,11 +259,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RemoteError)
     async def _remote(req: Request, exc: RemoteError):
-        # The model server behind a remote backend failed: the gateway's upstream, not the caller.
+        # The model server behind a remote backend failed: the gateway's upstream, not the caller. Its own
+        # words stay out (``exc.public``): they can quote a prompt that holds exemplars, or count its tokens.
         timeout = isinstance(exc, RemoteTimeout)
         log.warning("model server error on %s %s: %s", req.method, req.url.path, type(exc).__name__)
         return JSONResponse(
-            error_body(f"the model server {'timed out' if timeout else 'failed'}: {exc}", "api_error", None,
+            error_body(f"the model server {'timed out' if timeout else 'failed'}: {exc.public}", "api_error", None,
                        "upstream_timeout" if timeout else "upstream_error"),
             status_code=504 if timeout else 502,
         )

@@ -27,6 +27,6 @@ class WorkTooLarge(LLMError):
     """One answer's model work would pass its token budget (``tenancy.work_scope``): refused before the
     call that would pass it runs (nothing of that call is computed)."""
 
-    def __init__(self, message: str, *, tokens: int, limit: int) -> None:
+    def __init__(self, message: str, *, tokens: int, limit: int, what: str = "") -> None:
         super().__init__(message)
-        self.tokens, self.limit = tokens, limit
+        self.tokens, self.limit, self.what = tokens, limit, what

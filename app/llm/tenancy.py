@@ -100,7 +100,8 @@ def work_scope(max_tokens: int | None) -> Iterator[None]:
 
 
 def rows_phrase(n: int, noun: str = "prompt row") -> str:
-    """``3 prompt rows``, ``1 prompt row``: what a refusal of :func:`spend_work` says it was for."""
+    """``3 prompt rows``, ``1 prompt row``: the call a :func:`spend_work` refusal was for (``WorkTooLarge.what``,
+    for logs and tests; not in its message)."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
@@ -112,7 +113,8 @@ def spend_work(tokens: int, what: str) -> None:
     if budget.spent + tokens > budget.limit:
         from .errors import WorkTooLarge
 
-        raise WorkTooLarge(f"this answer's model work would pass its budget of {budget.limit} tokens "
-                           f"({budget.spent} so far, {tokens} more for {what})",
-                           tokens=budget.spent + tokens, limit=budget.limit)
+        # The message holds the limit only: the tokens spent so far, those asked for and the call that
+        # would pass it (``what``) all grow with the exemplars' lengths, private data no refusal may release.
+        raise WorkTooLarge(f"this answer's model work would pass its budget of {budget.limit} tokens",
+                           tokens=budget.spent + tokens, limit=budget.limit, what=what)
     budget.spent += tokens

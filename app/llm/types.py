@@ -116,14 +116,17 @@ def check_generation_args(max_new_tokens: int, temperature: float, top_p: float)
 
 def check_prompt_rows(rows: list[list[int]], extra: int, max_context: int | None, model: str) -> list[list[int]]:
     """Prompt token rows as every backend refuses them: an empty row, or one that with ``extra`` more
-    tokens (the longest continuation) exceeds the context. ``model`` names the model in the message."""
+    tokens (the longest continuation) exceeds the context. ``model`` names the model in the message.
+
+    The message names neither the row nor its length: a private answer's rows hold exemplars, so which
+    row overflows and by how much are functions of private data that no refusal may release (a long
+    query over 1 x 400 shots told the exact token count of a whole exemplar set, uncharged)."""
     for i, r in enumerate(rows):
         if not r:
             raise CapabilityError(f"prompt {i} is empty after tokenization; {model} needs at least one token")
         if max_context is not None and len(r) + extra > max_context:
-            raise ContextTooLong(
-                f"prompt {i} has {len(r)} tokens (+{extra}), more than the max context {max_context} of {model}"
-            )
+            raise ContextTooLong(f"a prompt with its {extra}-token continuation does not fit the max context "
+                                 f"{max_context} of {model}")
     return rows
 
 

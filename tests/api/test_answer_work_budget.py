@@ -130,3 +130,67 @@ def test_a_remote_models_answer_is_bounded_too(remote_server):
                                                                 "query": "Rain?", **PURE})
     assert r.status_code == 200, r.text[:300]
     assert fake.bodies("/v1/completions") and _spent(url, ds)[1] == 1
+
+
+def _adjacent_datasets(url: str) -> tuple[str, str]:
+    """Two sets that differ in one record (replace-one neighbours): the first exemplar's input is longer in the
+    second; both the same size and labels."""
+    from tests.answers.test_gateway_api import EXEMPLARS, LABELS
+
+    longer = [(EXEMPLARS[0][0] + " The stadium stayed loud long after the whistle, and the fans sang all night.",
+               EXEMPLARS[0][1])] + EXEMPLARS[1:]
+    ids = []
+    for rows in (EXEMPLARS, longer):
+        r = httpx.post(f"{url}/v1/datasets", json={
+            "name": "adjacent", "labels": LABELS, "budget": {"epsilon": 10.0, "delta": 1e-5},
+            "exemplars": [{"input": i, "output": o} for i, o in rows]})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    return ids[0], ids[1]
+
+
+def _refusals(url: str, datasets: tuple[str, str], query: str) -> list[dict]:
+    # 1 partition x 8 shots: every prompt holds every exemplar, so the partition's draw does not matter
+    out = []
+    for ds in datasets:
+        r = httpx.post(f"{url}/v1/private/classify", timeout=T, json={
+            "dataset_id": ds, "query": query, **{**PURE, "partitions": 1, "shots_per_partition": 8}})
+        assert r.status_code == 422, r.text[:300]
+        out.append(r.json()["error"])
+        assert _spent(url, ds) == (0.0, 0)
+    return out
+
+
+def test_a_refusal_over_the_token_budget_says_nothing_that_depends_on_the_exemplars(server):
+    """Before, the message carried the tokens asked for ("0 so far, 1604 more for 1 prompt row"): with a query of
+    known length, the exact token count of the exemplars in the prompt, released uncharged (and over 1 x all shots,
+    that of the whole set: it tells neighbouring sets apart). Now neighbouring sets get the same bytes."""
+    a, b = _refusals(server, _adjacent_datasets(server), "Will the weather be fine for the match this weekend? " * 130)
+    assert a["code"] == "request_too_large" and a == b, (a, b)
+
+
+def test_a_prompt_over_the_context_says_nothing_that_depends_on_the_exemplars(live_server):
+    """Likewise the context check: before, "prompt 0 has 10173 tokens (+1), more than the max context 8192"."""
+    a, b = _refusals(live_server, _adjacent_datasets(live_server), "雨" * 5000)  # ~10,000 tokens, under 16384
+    assert a["code"] == "prompt_too_long" and a == b, (a, b)
+
+
+@pytest.mark.parametrize("status", [400, 500])  # 500: retried, then given up
+def test_a_model_servers_error_that_quotes_the_prompt_is_not_passed_on(remote_server, caplog, status):
+    """The remote backend's errors quoted the server's answer in the API error: an OpenAI-style server's
+    validation error echoes its input, i.e. a prompt with the exemplars in it. Now the status only."""
+    url, fake = remote_server
+    ds = _dataset(url)
+    fake.fail("/v1/completions", *[("echo", status)] * 64)  # every attempt of every request
+    try:
+        with caplog.at_level("DEBUG"):
+            r = httpx.post(f"{url}/v1/private/classify", timeout=T, json={
+                "dataset_id": ds, "model": "toy-remote", "query": "Rain?", **PURE})
+    finally:
+        fake.faults["/v1/completions"].clear()
+    assert r.status_code == 502, r.text[:300]
+    assert r.json()["error"]["code"] == "upstream_error" and f"HTTP {status}" in r.text, r.text[:300]
+    assert fake.bodies("/v1/completions"), "the fault was not reached"
+    for text in (r.text, caplog.text):  # tests.answers EXEMPLARS
+        assert "striker" not in text and "goalkeeper" not in text and "laptop" not in text
+    assert _spent(url, ds) == (0.0, 0)

@@ -74,7 +74,8 @@ class RemoteEmbedder:
             data = sorted(body["data"], key=lambda d: d["index"])
             emb = np.asarray([d["embedding"] for d in data], dtype=np.float64)
         except (KeyError, TypeError, ValueError):
-            raise RemoteError(f"embedder {self.name!r}: unreadable /v1/embeddings answer: {str(body)[:200]}") from None
+            raise RemoteError(f"embedder {self.name!r}: unreadable /v1/embeddings answer: {str(body)[:200]}",
+                              public=f"embedder {self.name!r}: unreadable /v1/embeddings answer") from None
         if emb.ndim != 2 or emb.shape[0] != len(texts):
             raise RemoteError(f"embedder {self.name!r}: {emb.shape[0]} embeddings for {len(texts)} texts")
         return emb

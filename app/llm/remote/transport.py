@@ -32,11 +32,18 @@ _FLOOR = -9999.0  # vLLM writes -inf log-probabilities as -9999.0
 
 
 class RemoteError(LLMError):
-    """The server failed, refused, or answered something this client cannot read."""
+    """The server failed, refused, or answered something this client cannot read.
 
-    def __init__(self, message: str, *, status: int | None = None):
+    ``public`` is what may leave the process (an API error, a log line): it never quotes the server's
+    answer. An answer to a private request can hold the prompt, exemplars included (an OpenAI-style
+    server's request-validation error echoes its input; a completion with ``echo`` holds the prompt), and
+    a context-length refusal counts the prompt's tokens. ``str(exc)`` keeps the server's words for a
+    developer at hand (tests, a debugger)."""
+
+    def __init__(self, message: str, *, status: int | None = None, public: str | None = None):
         super().__init__(message)
         self.status = status
+        self.public = message if public is None else public
 
 
 class RemoteTimeout(RemoteError, TimeoutError):
@@ -350,7 +357,8 @@ class Transport:
                         ) from None
                 message = _error_message(resp)
                 if resp.status_code in _RETRY_STATUSES and (idempotent or resp.status_code in _REFUSED_STATUSES):
-                    last = RemoteError(f"HTTP {resp.status_code}: {message}", status=resp.status_code)
+                    last = RemoteError(f"HTTP {resp.status_code}: {message}", status=resp.status_code,
+                                       public=f"HTTP {resp.status_code}")
                     kind = "status"
                     retry_after = resp.headers.get("retry-after")
                 else:
@@ -359,7 +367,7 @@ class Transport:
                 self.stats["retries"] += 1
                 delay = self._delay(attempt, retry_after)
                 log.info("%s: %s %s failed (%s: %s); retry %d/%d in %.2f s", self.label, method, where, kind,
-                         last, attempt + 1, attempts - 1, delay)
+                         last.public if isinstance(last, RemoteError) else last, attempt + 1, attempts - 1, delay)
                 await asyncio.sleep(delay)
         tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
         if isinstance(last, httpx.TimeoutException):
@@ -369,7 +377,8 @@ class Transport:
                 f"{self.label}: {method} {where} timed out ({phase} timeout {limit:g} s; {tries})"
             ) from None
         if isinstance(last, RemoteError):
-            raise RemoteError(f"{self.label}: {method} {where} failed after {tries}: {last}", status=last.status) from None
+            raise RemoteError(f"{self.label}: {method} {where} failed after {tries}: {last}", status=last.status,
+                              public=f"{self.label}: {method} {where} failed after {tries}: {last.public}") from None
         raise RemoteError(f"{self.label}: cannot reach {url} ({type(last).__name__}: {last}; {tries})") from None
 
 
@@ -378,7 +387,8 @@ def first_choice(body: Any, what: str) -> dict[str, Any]:
     try:
         return body["choices"][0]
     except (KeyError, IndexError, TypeError):
-        raise RemoteError(f"the server's answer to {what} has no choices: {str(body)[:300]}") from None
+        raise RemoteError(f"the server's answer to {what} has no choices: {str(body)[:300]}",
+                          public=f"the server's answer to {what} has no choices") from None
 
 
 def _error_message(resp: Any) -> str:
@@ -400,5 +410,7 @@ def _error_message(resp: Any) -> str:
 def _status_error(label: str, method: str, where: str, status: int, message: str) -> RemoteError:
     if status in (401, 403):
         return RemoteError(f"{label}: the server refused the credentials (HTTP {status}; check api_key): {message}",
-                           status=status)
-    return RemoteError(f"{label}: {method} {where} answered HTTP {status}: {message}", status=status)
+                           status=status, public=f"{label}: the server refused the credentials (HTTP {status}; "
+                                                 "check api_key)")
+    return RemoteError(f"{label}: {method} {where} answered HTTP {status}: {message}", status=status,
+                       public=f"{label}: {method} {where} answered HTTP {status}")

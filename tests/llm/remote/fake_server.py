@@ -76,7 +76,9 @@ class FakeVLLM:
 
     def fail(self, path: str, *actions) -> None:
         """Next requests to ``path`` get these instead of an answer: an int status, ("status", code,
-        retry_after), ("hang", seconds), "drop" (close the connection without answering)."""
+        retry_after), ("hang", seconds), "drop" (close the connection without answering), ("echo", code): that
+        status with an error that quotes the request's prompt, as a server's request-validation error quotes its
+        input."""
         for a in actions:
             self.faults[path].append(a)
 
@@ -144,6 +146,12 @@ class FakeVLLM:
                 fault = None
             if isinstance(fault, int):
                 return self._send(h, fault, {"error": {"message": f"scripted {fault}", "type": "Scripted"}})
+            if isinstance(fault, tuple) and fault[0] == "echo":
+                prompt = body.get("prompt") or body.get("messages")
+                if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+                    prompt = detokenize(prompt)  # token ids quoted as the text they stand for
+                quoted = str(prompt)[:2000]
+                return self._send(h, fault[1], {"error": {"message": f"invalid request, input: {quoted}"}})
             if isinstance(fault, tuple) and fault[0] == "status":
                 return self._send(h, fault[1], {"error": {"message": f"scripted {fault[1]}"}},
                                   headers={"Retry-After": str(fault[2])})
