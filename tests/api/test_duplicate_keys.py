@@ -13,15 +13,21 @@ T = 60
 MARKER = "ZQXJ-CANARY-7731"
 
 
+def _answers(url: str, routes, raw: bytes):
+    """Each JSON route's answer to ``raw``, with a label for assertions (a sample load's 404, whose name is checked
+    first, is skipped)."""
+    for method, path in routes:
+        r = httpx.request(method, f"{url}{path}", content=raw, headers={"content-type": "application/json"}, timeout=T)
+        if r.status_code == 404 and path.endswith("/load"):
+            continue
+        yield f"{method} {path}: {r.status_code} {r.text[:300]}", r
+
+
+
 
 def test_every_json_route_refuses_a_repeated_key(live_server, json_body_routes):
     raw = b'{"epsilon": 1, "query": "q", "epsilon": 100}'
-    for method, path in json_body_routes:
-        r = httpx.request(method, f"{live_server}{path}", content=raw, headers={"content-type": "application/json"},
-                          timeout=T)
-        where = f"{method} {path}: {r.status_code} {r.text[:300]}"
-        if r.status_code == 404 and path.endswith("/load"):  # the sample name is checked first
-            continue
+    for where, r in _answers(live_server, json_body_routes, raw):
         assert r.status_code == 422, where  # before: 200, 404 or another field's 422 (the last epsilon won)
         err = r.json()["error"]
         assert (err["param"], err["code"]) == ("epsilon", "duplicate_key"), where
@@ -94,12 +100,7 @@ def test_a_router_without_the_route_class_fails_start_up():
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_a_non_finite_number_is_a_422_naming_it(live_server, json_body_routes, literal):
     raw = f'{{"query": "q", "epsilon": {literal}}}'.encode()
-    for method, path in json_body_routes:
-        r = httpx.request(method, f"{live_server}{path}", content=raw, headers={"content-type": "application/json"},
-                          timeout=T)
-        where = f"{method} {path}: {r.status_code} {r.text[:300]}"
-        if r.status_code == 404 and path.endswith("/load"):
-            continue
+    for where, r in _answers(live_server, json_body_routes, raw):
         assert r.status_code == 422 and r.json()["error"]["param"] == "epsilon", where
     sim = '{"type": "simulated", "params": {"epsilon": 1, "delta": 1e-5, "partitions": %s}%s}'
     cases = [("/v1/audits", '{"kind": "canary_mia", "config": {"target": %s, "trials": 40}}'
@@ -129,12 +130,7 @@ LONG = "9" * 5000
 
 def test_an_integer_too_long_to_read_is_a_422_naming_it_on_every_route(live_server, json_body_routes):
     raw = f'{{"query": "q", "epsilon": -{LONG}}}'.encode()
-    for method, path in json_body_routes:
-        r = httpx.request(method, f"{live_server}{path}", content=raw, headers={"content-type": "application/json"},
-                          timeout=T)
-        where = f"{method} {path}: {r.status_code} {r.text[:300]}"
-        if r.status_code == 404 and path.endswith("/load"):
-            continue
+    for where, r in _answers(live_server, json_body_routes, raw):
         assert r.status_code == 422, where  # before: 422 "body: not valid JSON: it could not be decoded"
         err = r.json()["error"]
         assert (err["param"], err["code"]) == ("epsilon", "invalid_value"), where
