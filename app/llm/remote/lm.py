@@ -451,7 +451,8 @@ class RemoteLanguageModel:
                 rows = await self._encode_prompts(prompts)
             else:
                 rows = list(prompts)  # no /tokenize: a prompt's characters stand for its tokens
-            spend_work(sum(len(r) + room(r) for r in rows if room(r)), f"generating for {rows_phrase(len(rows), 'prompt')}")
+            spend_work(sum(len(r) + room(r) for r in rows if room(r)),
+                       f"generating for {rows_phrase(len(rows), 'prompt')}")
             return await self.transport.gather([one(i, r) for i, r in enumerate(rows)])
 
         if not prompts:
