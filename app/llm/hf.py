@@ -51,7 +51,7 @@ from .segments import DEFAULT_PIECES, SegmentEncoder, separable
 from .errors import CapabilityError
 from .kv import KVBatch, PrefixCache, PrefixKV, batch_common_prefix
 from .scheduler import BatchScheduler, SchedulerOptions
-from .tenancy import current_tenant, rows_phrase, spend_work
+from .tenancy import current_tenant, spend_work
 from .hf_embed import HFEmbedder
 from .types import Capabilities, Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 
@@ -425,7 +425,7 @@ class HFLanguageModel:
             rows = self._encode_prompts(prompts)  # type: ignore[arg-type]
         if not rows:
             raise CapabilityError("start_decode needs at least one prompt")
-        spend_work(sum(len(r) for r in rows), f"decoding {rows_phrase(len(rows), 'prompt')}")
+        spend_work(sum(len(r) for r in rows), f"decoding {len(rows)} prompts")
         self.scheduler.admit()  # decoding does not queue, but a full queue refuses new work of any kind
         with self._lock:
             prefix = self._shared_prefix(rows, cap=min(len(r) for r in rows) - 1) if reuse_prefix else None

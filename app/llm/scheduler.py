@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from .errors import LLMError
-from .tenancy import current_deadline, current_submitter, current_tenant, rows_phrase, spend_work, tenant_scope
+from .tenancy import current_deadline, current_submitter, current_tenant, spend_work, tenant_scope
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class BatchScheduler:
     def submit(self, key: Hashable, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Queue ``rows`` under ``key``, wait for the batch that carries them, return their part of its answer."""
         row_lists = [list(r) for r in rows]
-        spend_work(sum(len(r) for r in row_lists), rows_phrase(len(row_lists)))  # before any work
+        spend_work(sum(len(r) for r in row_lists), f"{len(row_lists)} prompt rows")  # before any work
         if not self.opts.enabled or not row_lists or threading.current_thread() is self._thread:
             return self._run(key, row_lists)
         deadline = current_deadline()

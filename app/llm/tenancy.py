@@ -99,12 +99,6 @@ def work_scope(max_tokens: int | None) -> Iterator[None]:
         _WORK.reset(token)
 
 
-def rows_phrase(n: int, noun: str = "prompt row") -> str:
-    """``3 prompt rows``, ``1 prompt row``: the call a :func:`spend_work` refusal was for (``WorkTooLarge.what``,
-    for logs and tests; not in its message)."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def spend_work(tokens: int, what: str) -> None:
     """Count ``tokens`` of model work against the current :func:`work_scope` (a no-op outside one)."""
     budget = _WORK.get()

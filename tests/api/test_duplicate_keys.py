@@ -23,8 +23,6 @@ def _answers(url: str, routes, raw: bytes):
         yield f"{method} {path}: {r.status_code} {r.text[:300]}", r
 
 
-
-
 def test_every_json_route_refuses_a_repeated_key(live_server, json_body_routes):
     raw = b'{"epsilon": 1, "query": "q", "epsilon": 100}'
     for where, r in _answers(live_server, json_body_routes, raw):

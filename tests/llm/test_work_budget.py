@@ -50,7 +50,7 @@ def test_scoring_calls_count_their_rows_tokens_and_a_refused_call_computes_nothi
         with pytest.raises(WorkTooLarge) as e:
             tiny.next_token_logprobs(prompts[:1])  # the budget is spent
         assert tiny.stats.forward_calls == ran  # nothing of the refused call ran
-        assert e.value.what == "1 prompt row"  # was "1 prompt rows"
+        assert e.value.what == "1 prompt rows"  # the scoring call of the one prompt was refused
     with work_scope(n - 1), pytest.raises(WorkTooLarge):
         tiny.continuation_logprobs(prompts, [" sports", " weather"])
 

@@ -16,7 +16,7 @@ import numpy as np
 from app.lru import LRU
 
 from ..errors import CapabilityError
-from ..tenancy import _TENANT, rows_phrase, spend_work
+from ..tenancy import _TENANT, spend_work
 from ..types import Generation, ModelSpec, check_generation_args, check_prompt_rows, stop_strings
 from .capabilities import _HINTS, RemoteCapabilities
 from .decode import RemoteDecodeSession
@@ -282,7 +282,7 @@ class RemoteLanguageModel:
 
         async def go() -> np.ndarray:
             rows = await self._encode_prompts(prompts)
-            spend_work(sum(len(r) for r in rows), rows_phrase(len(rows)))
+            spend_work(sum(len(r) for r in rows), f"{len(rows)} prompt rows")
             return await self._next_lp_rows(rows, salt)
 
         return self.transport.run(go())
@@ -451,8 +451,7 @@ class RemoteLanguageModel:
                 rows = await self._encode_prompts(prompts)
             else:
                 rows = list(prompts)  # no /tokenize: a prompt's characters stand for its tokens
-            spend_work(sum(len(r) + room(r) for r in rows if room(r)),
-                       f"generating for {rows_phrase(len(rows), 'prompt')}")
+            spend_work(sum(len(r) + room(r) for r in rows if room(r)), f"generating for {len(rows)} prompts")
             return await self.transport.gather([one(i, r) for i, r in enumerate(rows)])
 
         if not prompts:
@@ -475,7 +474,7 @@ class RemoteLanguageModel:
             rows = self.transport.run(self._encode_prompts(prompts))  # type: ignore[arg-type]
         if not rows:
             raise CapabilityError("start_decode needs at least one prompt")
-        spend_work(sum(len(r) for r in rows), f"decoding {rows_phrase(len(rows), 'prompt')}")
+        spend_work(sum(len(r) for r in rows), f"decoding {len(rows)} prompts")
         return RemoteDecodeSession(self, rows)
 
     def clear_prefix_cache(self) -> None:
